@@ -1,0 +1,120 @@
+"""The correctness protocol. Each step names the published trick it defeats (shared/EVAL_PITFALLS.md).
+
+For every seed (at least 5), with fresh random inputs:
+1. the reference runs on a clone of the inputs; its outputs are kept, then freed;
+2. memory of the outputs' sizes is allocated, filled with NaN and freed (poisoning), so a candidate that returns
+   an unwritten buffer, or the reference's stale output buffer, returns NaN (stale buffers, unwritten tails);
+3. the candidate runs on another clone, after the reference (stale buffers again), with the launch counter reset;
+   it must have launched at least one kernel it compiled (pure-PyTorch "kernels");
+4. the candidate's inputs must be bit-identical afterwards (mutated inputs);
+5. every output is compared (count, shape, dtype, values; NaN/Inf never pass; relative L2 bound catches zero
+   outputs on tiny values).
+Then, once: the inputs of the last call are overwritten in place with new values (same addresses) and the
+candidate must follow them (caching by input address or by shape), and candidate outputs must differ across seeds
+whenever the reference's do (constant outputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import launches
+from .compare import compare_outputs, flatten, tensors_equal
+from .loading import clone, tensor_bytes
+
+
+@dataclass
+class CorrectnessResult:
+    status: str  # "correct" | "incorrect" | "rejected"
+    reason: str
+    checks: list[dict] = field(default_factory=list)
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    launches: dict[str, int] = field(default_factory=dict)
+
+
+class Fail(Exception):
+    def __init__(self, status: str, reason: str):
+        self.status, self.reason = status, reason
+
+
+def _sizes(outputs) -> list[int]:
+    return [tensor_bytes(t) for t in flatten(outputs) if isinstance(t, torch.Tensor)]
+
+
+def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], policy, platform,
+                      seeds: list[int]) -> CorrectnessResult:
+    res = CorrectnessResult("correct", "")
+    checks = res.checks
+
+    def run(model, inputs):
+        with torch.no_grad():
+            out = model(*inputs)
+        platform.synchronize()
+        return out
+
+    def candidate_call(inputs, what: str):
+        launches.reset()
+        out = run(new_model, inputs)
+        n = launches.total()
+        for k, v in launches.snapshot().items():
+            res.launches[k] = res.launches.get(k, 0) + v
+        if n == 0:
+            raise Fail("rejected", f"ModelNew ran no kernel it compiled ({what}); a pure-PyTorch forward is not a "
+                                   f"custom kernel [rule must-launch]")
+        return out
+
+    def compare(got, want, what: str):
+        c = compare_outputs(got, want, policy)
+        res.max_abs_error = max(res.max_abs_error, c.max_abs_error)
+        res.max_rel_error = max(res.max_rel_error, c.max_rel_error)
+        if not c.passed:
+            raise Fail("incorrect", f"{what}: {c.detail}")
+        return c
+
+    ref_seen: list = []
+    cand_seen: list = []
+    try:
+        last_inputs = None
+        for seed in seeds:
+            inputs = make_inputs(seed)
+            pristine = clone(inputs)
+            ref_out = clone(run(ref_model, clone(inputs)))
+            platform.poison_allocations(_sizes(ref_out) * 2)
+            cand_inputs = clone(inputs)
+            cand_out = candidate_call(cand_inputs, f"seed {seed}")
+            if not tensors_equal(cand_inputs, pristine):
+                raise Fail("incorrect", f"seed {seed}: ModelNew modified its inputs in place [rule no-input-mutation]")
+            c = compare(cand_out, ref_out, f"seed {seed}")
+            checks.append({"name": f"seed {seed}", "passed": True, "detail": c.detail})
+            ref_seen.append(clone(ref_out))
+            cand_seen.append(clone(cand_out))
+            last_inputs = cand_inputs
+
+        # Same addresses, new values: a result cached by data pointer or shape now goes stale.
+        fresh = make_inputs(seeds[-1] + 7919)
+        for dst, src in zip(flatten(last_inputs), flatten(fresh)):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+        want = clone(run(ref_model, clone(last_inputs)))
+        platform.poison_allocations(_sizes(want) * 2)
+        got = candidate_call(last_inputs, "inputs rewritten in place")
+        compare(got, want, "inputs rewritten in place at the same addresses (result caching)")
+        checks.append({"name": "in-place rewrite of inputs", "passed": True, "detail": "outputs follow new values"})
+
+        ref_varies = any(not tensors_equal(ref_seen[0], r) for r in ref_seen[1:])
+        cand_varies = any(not tensors_equal(cand_seen[0], r) for r in cand_seen[1:])
+        if ref_varies and not cand_varies:
+            raise Fail("incorrect", "ModelNew returns the same output for every input while the reference does not")
+        checks.append({"name": "outputs change with inputs", "passed": True,
+                       "detail": "yes" if ref_varies else "the reference itself does not vary (degenerate problem)"})
+    except Fail as f:
+        res.status, res.reason = f.status, f.reason
+        checks.append({"name": "failed", "passed": False, "detail": f.reason})
+        return res
+    res.reason = (f"correct on {len(seeds)} seeds and an in-place input rewrite; max abs error "
+                  f"{res.max_abs_error:.3g}")
+    return res

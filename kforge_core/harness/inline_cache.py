@@ -1,0 +1,122 @@
+"""KernelBench's `torch.utils.cpp_extension.load_inline`, accepted as is, with builds cached by source hash.
+
+Installed in the child before the candidate is imported. A cache hit imports the built extension directly (no
+ninja, no compiler: well under a second); a miss builds into a private directory which is then renamed into the
+cache, so concurrent evaluations never share a half-built folder. Returned modules count launches of their functions.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import re
+import time
+from pathlib import Path
+
+from ..build_cache import cached_build, digest
+from ..errors import CompileError
+from ..source_map import source_start_line, summarize_errors
+from . import context, guards, launches
+
+_original = None
+
+
+class TrackedExtension:
+    """Proxy over the compiled extension module: every function call counts as a launch of a compiled kernel."""
+
+    def __init__(self, module, name: str):
+        self._module, self._name = module, name
+
+    def __getattr__(self, attr: str):
+        value = getattr(self._module, attr)
+        if callable(value) and not attr.startswith("_"):
+            def launch(*args, **kwargs):
+                launches.record(f"{self._name}.{attr}")
+                return value(*args, **kwargs)
+
+            return launch
+        return value
+
+    def __dir__(self):
+        return dir(self._module)
+
+
+def _as_text(sources) -> str:
+    if sources is None:
+        return ""
+    return sources if isinstance(sources, str) else "\n".join(sources)
+
+
+def _import_extension(name: str, path: Path):
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, str(path), loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _map_build_error(message: str, build_dir: Path, sources: list[str]) -> str:
+    """Rewrite `<file>:<line>:` in torch's build log to candidate lines, using the generated files on disk."""
+    lines = []
+    diags = []
+    generated = {p.name: p.read_text() for p in build_dir.glob("*") if p.suffix in (".cpp", ".cu")}
+    for raw in message.splitlines():
+        m = re.search(r"([\w./-]+\.(?:cpp|cu))[:(](\d+)", raw)
+        if m and Path(m.group(1)).name in generated:
+            text = generated[Path(m.group(1)).name]
+            k = int(m.group(2))
+            for src in sources:
+                off = source_start_line(src, text) if src else None
+                cand = source_start_line(src, context.candidate_text) if src else None
+                if off is not None and off <= k < off + src.count("\n") + 1:
+                    kernel_line = k - off + 1
+                    where = f"candidate line {cand + kernel_line - 1}" if cand else f"kernel line {kernel_line}"
+                    rest = raw[m.end():].lstrip(":0123456789) ")
+                    raw = f"{where}: {rest}"
+                    if "error" in rest:
+                        diags.append({"line": cand + kernel_line - 1 if cand else None, "kernel_line": kernel_line,
+                                      "message": rest})
+                    break
+        lines.append(raw)
+    summary = summarize_errors(diags)
+    return summary, "\n".join(lines)
+
+
+def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
+                       extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None, build_directory=None,
+                       verbose=False, with_cuda=None, is_python_module=True, with_pytorch_error_handling=True,
+                       keep_intermediates=True, use_pch=False, **kwargs):
+    import torch
+
+    cpp, cuda = _as_text(cpp_sources), _as_text(cuda_sources)
+    key = digest(name, cpp, cuda, repr(functions), repr(extra_cflags), repr(extra_cuda_cflags), repr(extra_ldflags),
+                 repr(extra_include_paths), repr(with_cuda), torch.__version__, str(torch.version.cuda))
+    module_name = f"{re.sub(r'[^A-Za-z0-9_]', '_', str(name))}_{key[:12]}"
+    start = time.perf_counter()
+
+    def build(tmp: Path) -> None:
+        try:
+            with guards.trusted():
+                _original(name=module_name, cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions,
+                          extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
+                          extra_include_paths=extra_include_paths, build_directory=str(tmp), verbose=False,
+                          with_cuda=with_cuda, is_python_module=True, **kwargs)
+        except Exception as e:  # noqa: BLE001 - torch raises RuntimeError with the build log
+            summary, log = _map_build_error(str(e), tmp, [cpp, cuda])
+            first = summary or (str(e).strip().splitlines() or ["unknown error"])[0][:300]
+            raise CompileError(f"load_inline build of {name!r} failed: {first}", log=log) from None
+
+    directory, cached = cached_build("load_inline", key, build)
+    launches.record_build("load_inline", key, cached, time.perf_counter() - start)
+    with guards.trusted():
+        module = _import_extension(module_name, directory / f"{module_name}.so")
+    return TrackedExtension(module, str(name))
+
+
+def install() -> None:
+    global _original
+    import torch.utils.cpp_extension as cpp_extension
+
+    if _original is None:
+        _original = cpp_extension.load_inline
+        cpp_extension.load_inline = cached_load_inline

@@ -1,0 +1,414 @@
+"""`LLMClient`: chat completions against any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, LM Studio,
+OpenRouter), through the `openai` package, with streaming, retries, usage accounting and typed errors.
+
+Behaviour worth knowing:
+  * Retries are ours (the SDK's are off) so that attempts are counted, backoff is configurable and every final
+    failure is one typed `LLMError`. Transient failures (connection, timeout, 408/409/429/5xx) are retried with
+    exponential backoff, honouring Retry-After up to `max_retry_after_s`; 400/401/403/404 fail at once.
+  * Streaming: each content delta goes to `on_token` as it arrives. A stream that drops, stalls for `timeout_s`,
+    or ends without a `finish_reason` raises `LLMStreamError` (with `partial_text`); it is retried only when no
+    text had been passed to `on_token` yet, so a caller never sees tokens twice. A stream (or JSON reply) with no
+    choices at all raises `LLMBadResponseError`.
+  * Portability: if a server refuses `max_tokens` (OpenAI reasoning models want `max_completion_tokens`), a
+    non-default `temperature`, or `stream_options`, the request is reshaped once and sent again; the client
+    remembers the reshaping for later calls.
+  * Exceptions raised by `on_token` propagate unchanged (that is how a caller cancels a stream).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, TypeVar
+
+import openai
+
+from .config import LLMConfig
+from .errors import LLMBadResponseError, LLMConfigError, LLMError, LLMStreamError, detail
+from .images import has_images
+from .retry import backoff_delay
+from .tokens import estimate_prompt_tokens, estimate_tokens
+from .translate import CallContext, Failure, after_attempts, server_message, translate
+
+T = TypeVar("T")
+TokenCallback = Callable[[str], None]
+
+# A slow or unroutable host should not hold an attempt for the whole (long) read timeout.
+_MAX_CONNECT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    text: str
+    """The assistant's answer (all content deltas joined when streaming)."""
+    finish_reason: str | None
+    """"stop", "length" (hit max_tokens: the answer is cut), "content_filter", ... as the server said."""
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    """Seconds of the successful attempt, from sending the request to the last byte."""
+    model: str
+    """The model that answered (as the server reports it; else the one requested)."""
+    attempts: int
+    """HTTP requests made for this answer (1 = first try worked)."""
+    usage_estimated: bool = False
+    """True when the server reported no usage and the token counts are ~len/4 estimates."""
+    first_token_s: float | None = None
+    """Seconds from sending the request to the first content delta (streaming only)."""
+    elapsed_s: float = 0.0
+    """Seconds for the whole call, failed attempts and backoff included."""
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class RetryEvent:
+    """Passed to `on_retry` before each backoff sleep (e.g. for a "retrying in 2 s" status line)."""
+
+    attempt: int
+    error: LLMError
+    delay_s: float
+
+
+@dataclass
+class _Outcome:
+    text: str
+    finish_reason: str | None
+    usage: Any
+    model: str | None
+    first_token_s: float | None = None
+
+
+class _AttemptFailed(Exception):
+    """One attempt failed in a way already classified (stream faults, bad shapes)."""
+
+    def __init__(self, failure: Failure):
+        self.failure = failure
+
+
+class _Reshaped(Exception):
+    """The server refused a parameter we can drop or rename; send again (does not use up a retry)."""
+
+
+_UNSET: Any = object()
+
+
+class LLMClient:
+    def __init__(
+        self,
+        config: LLMConfig,
+        *,
+        on_retry: Callable[[RetryEvent], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        http_client: Any = None,
+    ) -> None:
+        self.config = config
+        self._on_retry = on_retry
+        self._sleep = sleep
+        kwargs: dict[str, Any] = dict(
+            base_url=config.effective_base_url,
+            api_key=config.effective_api_key,
+            max_retries=0,  # ours, see the module docstring
+            timeout=_timeout(config.timeout_s),
+        )
+        if http_client is not None:
+            kwargs["http_client"] = http_client
+        self._sdk = openai.OpenAI(**kwargs)
+        self._reshape: set[str] = set()
+        self._reshape_lock = threading.Lock()
+
+    # ---- lifecycle
+    def close(self) -> None:
+        self._sdk.close()
+
+    def __enter__(self) -> LLMClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LLMClient(endpoint={self.config.endpoint!r}, model={self.config.model!r})"
+
+    # ---- public API
+    def chat(
+        self,
+        messages: Iterable[dict],
+        *,
+        stream: bool = True,
+        on_token: TokenCallback | None = None,
+        model: str | None = None,
+        max_tokens: int | None = _UNSET,
+        temperature: float | None = _UNSET,
+        max_retries: int | None = None,
+        timeout_s: float | None = None,
+    ) -> ChatResult:
+        """One chat completion. `model`, `max_tokens`, `temperature`, `max_retries`, `timeout_s` override the
+        config for this call (None for max_tokens/temperature means "server default"). Without streaming,
+        `on_token` receives the whole text once. Raises an `LLMError` subclass on failure."""
+        messages = list(messages)
+        if not messages:
+            raise ValueError("chat() needs at least one message")
+        model = model or self.config.model
+        if not model:
+            raise LLMConfigError(
+                f"no model set for LLM endpoint {self.config.endpoint}; "
+                "set --model, KFORGE_MODEL or [llm] model in the settings file",
+                endpoint=self.config.endpoint,
+            )
+        max_tokens = self.config.max_tokens if max_tokens is _UNSET else max_tokens
+        temperature = self.config.temperature if temperature is _UNSET else temperature
+        timeout = timeout_s or self.config.timeout_s
+        ctx = self._context(model=model, had_images=has_images(messages), timeout_s=timeout)
+
+        def attempt(n: int) -> tuple[_Outcome, float]:
+            params = self._params(model, messages, max_tokens, temperature, stream)
+            t0 = time.monotonic()
+            try:
+                if stream:
+                    out = self._stream_once(params, on_token, ctx, n, timeout)
+                else:
+                    out = self._json_once(params, on_token, ctx, n, timeout)
+            except openai.APIStatusError as err:
+                if self._learn_reshape(err, params):
+                    raise _Reshaped() from None
+                raise
+            return out, time.monotonic() - t0
+
+        start = time.monotonic()
+        (out, latency), attempts = self._with_retries(attempt, ctx, max_retries)
+        usage = out.usage
+        prompt_tokens = getattr(usage, "prompt_tokens", None)
+        completion_tokens = getattr(usage, "completion_tokens", None)
+        estimated = not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int)
+        return ChatResult(
+            text=out.text,
+            finish_reason=out.finish_reason,
+            prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else estimate_prompt_tokens(messages),
+            completion_tokens=(
+                completion_tokens if isinstance(completion_tokens, int) else estimate_tokens(out.text)
+            ),
+            latency_s=latency,
+            model=out.model or model,
+            attempts=attempts,
+            usage_estimated=estimated,
+            first_token_s=out.first_token_s,
+            elapsed_s=time.monotonic() - start,
+        )
+
+    def list_models(self, *, timeout_s: float | None = None, max_retries: int | None = None) -> list[str]:
+        """Model ids the endpoint serves (GET /models), in the server's order."""
+        timeout = timeout_s or self.config.timeout_s
+        ctx = self._context(model=None, timeout_s=timeout)
+
+        def attempt(n: int) -> list[str]:
+            page = self._sdk.models.list(timeout=_timeout(timeout))
+            try:
+                ids = [m.id for m in page]
+            except (TypeError, AttributeError, ValueError):
+                raise _AttemptFailed(
+                    Failure(
+                        LLMBadResponseError(
+                            f"LLM endpoint {ctx.endpoint} answered GET /models with an unexpected shape; "
+                            "check that base_url points at an OpenAI-compatible API",
+                            endpoint=ctx.endpoint,
+                            attempts=n,
+                        ),
+                        retryable=False,
+                    )
+                ) from None
+            return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
+
+        ids, _ = self._with_retries(attempt, ctx, max_retries)
+        return ids
+
+    def check_endpoint(self, *, timeout_s: float = 20.0, test_call: bool = True):
+        """See `kforge_core.llm.endpoint.check_endpoint`."""
+        from .endpoint import check_endpoint
+
+        return check_endpoint(self, timeout_s=timeout_s, test_call=test_call)
+
+    # ---- one attempt
+    def _params(
+        self, model: str, messages: list[dict], max_tokens: int | None, temperature: float | None, stream: bool
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": model, "messages": messages}
+        if max_tokens is not None:
+            key = "max_completion_tokens" if "max_completion_tokens" in self._reshape else "max_tokens"
+            params[key] = max_tokens
+        if temperature is not None and "no_temperature" not in self._reshape:
+            params["temperature"] = temperature
+        if stream:
+            params["stream"] = True
+            if "no_stream_options" not in self._reshape:
+                params["stream_options"] = {"include_usage": True}
+        return params
+
+    def _json_once(
+        self, params: dict, on_token: TokenCallback | None, ctx: CallContext, attempt: int, timeout: float
+    ) -> _Outcome:
+        response = self._sdk.chat.completions.create(**params, timeout=_timeout(timeout))
+        choices = getattr(response, "choices", None)
+        if choices is None or not isinstance(choices, list):
+            raise _AttemptFailed(self._bad_response(ctx, attempt, "answered with something that is not a chat completion"))
+        if not choices:
+            raise _AttemptFailed(self._bad_response(ctx, attempt, "returned no choices"))
+        choice = choices[0]
+        content = getattr(getattr(choice, "message", None), "content", None)
+        text = content if isinstance(content, str) else ""
+        if on_token is not None and text:
+            on_token(text)
+        return _Outcome(text, getattr(choice, "finish_reason", None), getattr(response, "usage", None),
+                        getattr(response, "model", None))
+
+    def _stream_once(
+        self, params: dict, on_token: TokenCallback | None, ctx: CallContext, attempt: int, timeout: float
+    ) -> _Outcome:
+        t0 = time.monotonic()
+        stream = self._sdk.chat.completions.create(**params, timeout=_timeout(timeout))
+        parts: list[str] = []
+        finish: str | None = None
+        usage: Any = None
+        model: str | None = None
+        first: float | None = None
+        saw_choice = False
+        try:
+            chunks = iter(stream)
+            while True:
+                # Only the SDK's read is guarded: exceptions from on_token must reach the caller untouched.
+                try:
+                    chunk = next(chunks)
+                except StopIteration:
+                    break
+                except openai.APIError as err:
+                    raise _AttemptFailed(self._stream_failure(err, ctx, attempt, "".join(parts))) from None
+                except ValueError:  # an SSE data line that is not JSON
+                    raise _AttemptFailed(self._bad_response(ctx, attempt, "sent a malformed stream event")) from None
+                model = getattr(chunk, "model", None) or model
+                usage = getattr(chunk, "usage", None) or usage
+                for choice in getattr(chunk, "choices", None) or []:
+                    if getattr(choice, "index", 0) != 0:
+                        continue
+                    saw_choice = True
+                    content = getattr(getattr(choice, "delta", None), "content", None)
+                    if isinstance(content, str) and content:
+                        if first is None:
+                            first = time.monotonic() - t0
+                        parts.append(content)
+                        if on_token is not None:
+                            on_token(content)
+                    finish = getattr(choice, "finish_reason", None) or finish
+        finally:
+            stream.close()
+        text = "".join(parts)
+        if not saw_choice:
+            raise _AttemptFailed(self._bad_response(ctx, attempt, "streamed no choices"))
+        if finish is None:
+            got = f"after {len(text)} characters" if text else "before any text"
+            raise _AttemptFailed(
+                Failure(
+                    LLMStreamError(
+                        f"the answer stream from {ctx.endpoint} ended without a finish_reason {got}"
+                        f"{after_attempts(attempt)}; the server or a proxy cut it short, retry the request",
+                        partial_text=text,
+                        endpoint=ctx.endpoint,
+                        attempts=attempt,
+                    ),
+                    retryable=not text,
+                )
+            )
+        return _Outcome(text, finish, usage, model, first)
+
+    # ---- failures
+    def _stream_failure(self, err: openai.APIError, ctx: CallContext, attempt: int, partial: str) -> Failure:
+        if isinstance(err, openai.APITimeoutError):
+            what = f"stalled (no data for {ctx.timeout_s:g} s)"
+        elif isinstance(err, openai.APIConnectionError):
+            cause = err.__cause__ if err.__cause__ is not None else err.message
+            what = f"was cut off ({detail(cause, ctx.secrets)})"
+        else:  # an error event inside the stream (vLLM, OpenRouter send those)
+            what = f"reported an error ({detail(err.message, ctx.secrets)})"
+        got = f"after {len(partial)} characters" if partial else "before any text"
+        return Failure(
+            LLMStreamError(
+                f"the answer stream from {ctx.endpoint} {what} {got}{after_attempts(attempt)}; "
+                "check the server (logs, load) and retry the request",
+                partial_text=partial,
+                endpoint=ctx.endpoint,
+                attempts=attempt,
+            ),
+            # Once text reached on_token, a silent retry would show the caller the same tokens twice.
+            retryable=not partial,
+        )
+
+    def _bad_response(self, ctx: CallContext, attempt: int, what: str) -> Failure:
+        return Failure(
+            LLMBadResponseError(
+                f"LLM endpoint {ctx.endpoint} {what} for model {ctx.model!r}; "
+                "retry, or check the server logs and that the model is loaded",
+                endpoint=ctx.endpoint,
+                attempts=attempt,
+            ),
+            retryable=False,
+        )
+
+    def _learn_reshape(self, err: openai.APIStatusError, params: dict) -> bool:
+        """True when the refusal names a parameter we can rename or drop (and we had not done so already)."""
+        if err.status_code not in (400, 422):
+            return False
+        msg = server_message(err).lower()
+        refused = any(w in msg for w in ("unsupported", "not supported", "not support", "only the default", "unrecognized", "unknown"))
+        change = None
+        if "max_tokens" in params and "max_tokens" in msg and ("max_completion_tokens" in msg or refused):
+            change = "max_completion_tokens"
+        elif "temperature" in params and "temperature" in msg and refused:
+            change = "no_temperature"
+        elif "stream_options" in params and "stream_options" in msg:
+            change = "no_stream_options"
+        with self._reshape_lock:
+            if change is None or change in self._reshape:
+                return False
+            self._reshape.add(change)
+        return True
+
+    # ---- retry loop
+    def _context(self, *, model: str | None, had_images: bool = False, timeout_s: float | None = None) -> CallContext:
+        secrets = (self.config.api_key,) if self.config.api_key else ()
+        return CallContext(self.config.endpoint, model, had_images, timeout_s, secrets)
+
+    def _with_retries(self, attempt_fn: Callable[[int], T], ctx: CallContext, max_retries: int | None) -> tuple[T, int]:
+        cfg = self.config
+        budget = cfg.max_retries if max_retries is None else max_retries
+        attempts = retries = 0
+        while True:
+            attempts += 1
+            try:
+                return attempt_fn(attempts), attempts
+            except _Reshaped:
+                continue  # bounded: each reshaping is learnt at most once
+            except _AttemptFailed as failed:
+                failure = failed.failure
+            except openai.OpenAIError as err:
+                failure = translate(err, ctx, attempts)
+            if not failure.retryable or retries >= budget:
+                raise failure.error from None
+            delay = backoff_delay(retries + 1, cfg.retry_base_delay_s, cfg.retry_max_delay_s)
+            if failure.retry_after_s is not None:
+                if failure.retry_after_s > cfg.max_retry_after_s:
+                    raise failure.error from None  # its message carries the server's hint
+                delay = failure.retry_after_s
+            retries += 1
+            if self._on_retry is not None:
+                self._on_retry(RetryEvent(attempts, failure.error, delay))
+            self._sleep(delay)
+
+
+def _timeout(seconds: float) -> openai.Timeout:
+    return openai.Timeout(seconds, connect=min(seconds, _MAX_CONNECT_TIMEOUT_S))

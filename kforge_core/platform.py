@@ -1,0 +1,188 @@
+"""The platform interface and its registry.
+
+A target (CPU, CUDA, Triton, Metal, ...) is one module that defines a `Platform` subclass and exposes an instance as
+`PLATFORM`, plus a single-shot example under `platforms/examples/<name>/`. Built-in targets are discovered by scanning
+the `platforms` package; third-party ones register through the `kforge.platforms` entry-point group or the
+`KFORGE_PLATFORMS` environment variable (comma-separated module names) — exactly the same path as the built-ins.
+The core reads declared attributes; it never branches on a platform's name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+from .errors import KForgeError, TargetUnavailable, UnknownTarget
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES_DIR = REPO_ROOT / "platforms" / "examples"
+
+
+@dataclass(frozen=True)
+class Availability:
+    ok: bool
+    reason: str  # why it is unavailable, or what was found ("2 cores, g++ 12.2")
+
+
+@dataclass(frozen=True)
+class Example:
+    """The platform's single-shot example: a reference problem and a working candidate in the platform's format."""
+
+    problem: Path
+    candidate: Path
+
+    def read(self) -> tuple[str, str]:
+        return self.problem.read_text(), self.candidate.read_text()
+
+
+class Timer:
+    """Times one call of `fn` in milliseconds, including a device-wide synchronize before the end timestamp.
+
+    Instances are made before any candidate code is imported, and bind the clock functions then, so a candidate that
+    patches `time.perf_counter` or event classes afterwards cannot change what is measured.
+    """
+
+    def __init__(self, synchronize: Callable[[], None]):
+        import time
+
+        self._clock = time.perf_counter_ns  # bound now, not looked up at call time
+        self._sync = synchronize
+
+    def time_ms(self, fn: Callable[[], object]) -> float:
+        self._sync()
+        t0 = self._clock()
+        fn()
+        self._sync()
+        return (self._clock() - t0) / 1e6
+
+
+class Platform:
+    # --- declared attributes (capabilities); subclasses override ---
+    name: str = ""
+    title: str = ""
+    kernel_language: str = "cpp"  # pygments lexer name for the kernel source
+    formats: tuple[str, ...] = ()
+    device_type: str = "cpu"
+    has_profiler: bool = False
+    accepts_profiler_screenshots: bool = False
+    limit_address_space: bool = False  # RLIMIT_AS is safe only where the runtime does not map huge VA ranges
+    candidate_api: tuple[str, ...] = ()  # names candidates may import from this platform's module
+    module_name: str = ""  # the importable module candidates use, e.g. "platforms.cpu"
+    # fp32 matmuls on this device may silently use reduced precision (TF32): the harness pins strict fp32
+    strict_fp32_controls: bool = False
+    allows_inline_asm: bool = False  # GPU kernels may use inline PTX; host inline assembly could make syscalls
+    tiny_problem_ms: float = 0.02  # below this a reference mostly measures call overhead: warn
+
+    # --- discovery-time queries (run in the caller's process; must not run candidate code) ---
+    def availability(self) -> Availability:
+        raise NotImplementedError
+
+    def device_name(self) -> str:
+        return self.device_type
+
+    def example(self) -> Example:
+        d = EXAMPLES_DIR / self.name
+        return Example(problem=d / "problem.py", candidate=d / "candidate.py")
+
+    # --- used inside the evaluation child only ---
+    def device(self):
+        import torch
+
+        return torch.device(self.device_type)
+
+    def prepare_child(self) -> None:
+        """Install build caching / launch tracking before the candidate is imported."""
+
+    def synchronize(self) -> None:
+        """Wait for all work on the device, on every stream."""
+
+    def make_timer(self) -> Timer:
+        return Timer(self.synchronize)
+
+    def flush_cache(self) -> None:
+        """Evict caches outside the timed region so each trial reads its inputs from memory."""
+
+    def poison_allocations(self, sizes_bytes: list[int]) -> None:
+        """Make freshly allocated memory of these sizes hold NaN, so unwritten outputs cannot pass."""
+        import torch
+
+        keep = []
+        for n in sizes_bytes:
+            numel = max(1, (n + 3) // 4)
+            keep.append(torch.full((numel,), float("nan"), dtype=torch.float32, device=self.device()))
+        self.synchronize()
+        del keep
+
+    def profile(self, run: Callable[[], object], trials: int = 5) -> dict:
+        raise NotImplementedError(f"platform {self.name} has no profiler adapter")
+
+    def measure_ceilings(self) -> dict:
+        return {}
+
+    def seed(self, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Registry
+
+_registry: dict[str, Platform] = {}
+_discovered = False
+
+
+def register_platform(platform: Platform) -> Platform:
+    if not platform.name:
+        raise KForgeError(f"platform {platform!r} has no name")
+    _registry[platform.name] = platform
+    return platform
+
+
+def _register_module(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    platform = getattr(module, "PLATFORM", None)
+    if isinstance(platform, Platform):
+        if not platform.module_name:
+            platform.module_name = module_name
+        register_platform(platform)
+
+
+def discover() -> None:
+    """Register built-ins (every module in the `platforms` package), entry points, and KFORGE_PLATFORMS modules."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    import platforms as builtin
+
+    for info in pkgutil.iter_modules(builtin.__path__):
+        if not info.name.startswith("_") and info.name != "examples":
+            _register_module(f"{builtin.__name__}.{info.name}")
+    for ep in metadata.entry_points(group="kforge.platforms"):
+        _register_module(ep.module)
+    for name in filter(None, (s.strip() for s in os.environ.get("KFORGE_PLATFORMS", "").split(","))):
+        _register_module(name)
+
+
+def all_platforms() -> dict[str, Platform]:
+    discover()
+    return dict(sorted(_registry.items()))
+
+
+def get_platform(name: str, require_available: bool = False) -> Platform:
+    platforms = all_platforms()
+    if name not in platforms:
+        raise UnknownTarget(name, list(platforms))
+    platform = platforms[name]
+    if require_available:
+        avail = platform.availability()
+        if not avail.ok:
+            raise TargetUnavailable(name, avail.reason)
+    return platform
+

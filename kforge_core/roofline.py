@@ -1,0 +1,80 @@
+"""Roofline facts for a problem: bytes moved at least once, FLOPs, and the floor time at the device's measured
+ceilings. A candidate faster than the floor is a measurement bug until proven otherwise.
+
+Ceilings are measured once per device by the platform (`Platform.measure_ceilings`) and cached in
+`$KFORGE_CACHE_DIR/ceilings.json`; an unknown ceiling stays unknown (None), never a guessed number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+
+def _cache_path() -> Path:
+    return Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge") / "ceilings.json"
+
+
+def ceilings(platform) -> dict:
+    path = _cache_path()
+    key = f"{platform.name}:{platform.device_name()}"
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if key not in cached:
+        measured = platform.measure_ceilings() or {}
+        cached[key] = measured
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(cached, indent=1))
+            tmp.replace(path)
+        except OSError:
+            pass
+    return cached[key]
+
+
+def _bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_bytes(x) for x in obj)
+    return 0
+
+
+def count_flops(model, inputs) -> int | None:
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            model(*inputs)
+        return int(counter.get_total_flops())
+    except Exception:  # noqa: BLE001 - FLOP counting is best effort; unknown stays unknown
+        return None
+
+
+def roofline(ref_model, inputs, candidate_ms: float, platform) -> dict:
+    with torch.no_grad():
+        outputs = ref_model(*inputs)
+    params = sum(p.numel() * p.element_size() for p in ref_model.parameters())
+    nbytes = _bytes(list(inputs)) + _bytes(outputs) + params
+    flops = count_flops(ref_model, inputs)
+    ceil = ceilings(platform)
+    bw = ceil.get("bandwidth_gbs")
+    peak = ceil.get("fp32_tflops")
+    t_mem = nbytes / (bw * 1e9) * 1e3 if bw else None
+    t_flop = flops / (peak * 1e12) * 1e3 if (peak and flops) else None
+    floors = [t for t in (t_mem, t_flop) if t]
+    floor_ms = max(floors) if floors else None
+    out = {"bytes": nbytes, "flops": flops, "bandwidth_gbs": bw, "fp32_tflops": peak, "memory_floor_ms": t_mem,
+           "compute_floor_ms": t_flop, "floor_ms": floor_ms,
+           "bound": None if not floors else ("memory" if (t_mem or 0) >= (t_flop or 0) else "compute"),
+           "pct_of_roofline": (100 * floor_ms / candidate_ms) if floor_ms and candidate_ms else None}
+    if floor_ms and candidate_ms < 0.5 * floor_ms:
+        out["suspicious"] = (f"candidate ({candidate_ms:.3g} ms) beats the hardware floor ({floor_ms:.3g} ms at the "
+                             f"measured ceilings) by over 2x: treat this speedup as a measurement bug until proven")
+    return out

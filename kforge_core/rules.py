@@ -1,0 +1,256 @@
+"""The evaluator's rules for candidate programs, stated in one place (the UI and the docs show `RULES`).
+
+Static checks here read the candidate's Python source (AST) and the native kernel source it carries in string
+literals. They reject what no honest kernel needs. Run-time guards (`kforge_core.harness.guards`) back the rules that
+a static check alone could be dodged around (e.g. `getattr(__import__("os"), ...)` is caught statically, but native
+code or exotic reflection is caught at run time by an audit hook, thread-start guards and state snapshots).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    summary: str
+    why: str  # which published exploit or failure mode it stands for
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("imports", "Only these imports: torch (public modules), math, typing, functools, itertools, dataclasses, "
+         "collections, enum, operator, numbers, textwrap, string, numpy, triton, and the target's compile helpers "
+         "(from platforms.<target> import ...).",
+         "os/sys/subprocess/threading/ctypes/importlib give a candidate the process: timers, files, secrets."),
+    Rule("no-threads", "No threads, subprocesses or multiprocessing in the candidate's own Python code.",
+         "Background threads return before the work is done (lazy outputs) and escape the timer."),
+    Rule("no-dynamic-code", "No eval/exec/compile/__import__/open/globals/locals/vars/setattr/delattr, and getattr "
+         "only with a public constant name.", "Dynamic code and reflection dodge every static rule."),
+    Rule("no-dunder", "No dunder names or attributes except __init__ and __name__.",
+         "__globals__, __code__, __subclasses__ reach the harness and its timers."),
+    Rule("no-private-torch", "No private attributes of imported modules (torch._C, torch._dynamo, ...).",
+         "Private torch internals patch dispatch, timers and caching allocators."),
+    Rule("no-patching", "No assignment to attributes of imported modules or their classes.",
+         "Patched timers (time.perf_counter, Event.elapsed_time) and patched torch functions fake speedups."),
+    Rule("no-global-state", "No calls that change torch's global state: precision (TF32, matmul precision), "
+         "default dtype/device, RNG seeds, thread counts, torch.compile.",
+         "TF32/fp16 drift looks 5-7x faster; reseeding makes 'fresh' inputs predictable; torch.compile is the baseline."),
+    Rule("native-no-os", "Kernel source may not call the OS: no system/popen/fork/exec, getenv/environ, /proc, "
+         "sockets, dlopen, file I/O, std::thread/pthread/async, or host inline assembly.",
+         "Native code can read secrets from /proc/<pid>/environ or finish work on a thread after the timer stops."),
+    Rule("must-launch", "ModelNew must run at least one kernel it compiled through the target's helpers or "
+         "load_inline on every forward call checked.", "A pure-PyTorch ModelNew is not a custom kernel."),
+    Rule("no-input-mutation", "Inputs must not be modified.", "A candidate that writes into its inputs changes "
+         "what the reference sees."),
+)
+
+ALLOWED_IMPORT_ROOTS = frozenset({
+    "torch", "math", "typing", "functools", "itertools", "dataclasses", "collections", "enum", "operator",
+    "numbers", "textwrap", "string", "numpy", "triton", "__future__", "abc", "warnings",
+})
+# Public torch modules that still hand out the process or the baseline.
+DENIED_QUALIFIED_PREFIXES = (
+    "torch.multiprocessing", "torch.distributed", "torch.hub", "torch.compile", "torch.utils.cpp_extension.load",
+    "torch.utils.data", "torch.cuda.memory", "torch.library", "torch.ops", "torch.jit", "torch.export",
+    "torch.backends", "torch.profiler", "torch.autograd.profiler",
+)
+# `torch.utils.cpp_extension.load` is a prefix of `load_inline`; the allow-list below wins for exact names.
+ALLOWED_QUALIFIED = frozenset({"torch.utils.cpp_extension.load_inline"})
+GLOBAL_STATE_CALLS = frozenset({
+    "set_float32_matmul_precision", "set_default_dtype", "set_default_tensor_type", "set_default_device",
+    "set_flush_denormal", "use_deterministic_algorithms", "manual_seed", "manual_seed_all", "seed", "seed_all",
+    "set_rng_state", "set_num_threads", "set_num_interop_threads", "compile", "set_per_process_memory_fraction",
+    "set_sync_debug_mode",
+})
+BANNED_CALLS = frozenset({
+    "eval", "exec", "compile", "__import__", "open", "input", "breakpoint", "globals", "locals", "vars", "setattr",
+    "delattr", "memoryview", "exit", "quit",
+})
+ALLOWED_DUNDERS = frozenset({"__init__", "__name__"})
+
+# Native (C/C++/CUDA/Metal) source: what kernels never need. Word-boundary patterns over string literals.
+_NATIVE_PATTERNS = [
+    (r"\b(system|popen|fork|vfork|execl|execlp|execle|execv|execvp|execvpe|posix_spawn|clone)\s*\(", "runs programs"),
+    (r"\b(getenv|secure_getenv|environ)\b", "reads the environment"),
+    (r"/proc\b", "reads /proc"),
+    (r"\b(socket|connect|bind|dlopen|dlsym|syscall|ptrace)\s*\(", "uses OS services"),
+    (r"\b(fopen|freopen|ifstream|ofstream|fstream|open|creat|unlink|remove|rename)\s*\(", "does file I/O"),
+    (r"\b(pthread_create|std::thread|std::async|std::jthread)\b", "starts threads (OpenMP is allowed)"),
+]
+_HOST_ASM = (r"\b(asm|__asm__|__asm)\b", "uses host inline assembly")
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line else ""
+        return f"{where}{self.message} [rule {self.rule}]"
+
+
+class _Checker(ast.NodeVisitor):
+    def __init__(self, platform_module: str, candidate_api: tuple[str, ...]):
+        self.platform_module = platform_module
+        self.candidate_api = set(candidate_api)
+        self.aliases: dict[str, str] = {}  # local name -> qualified module/object path
+        self.violations: list[Violation] = []
+
+    def flag(self, rule: str, node: ast.AST, message: str) -> None:
+        self.violations.append(Violation(rule, getattr(node, "lineno", None), message))
+
+    # --- imports -------------------------------------------------------------------------------------------
+    def _import_allowed(self, module: str) -> bool:
+        root = module.split(".")[0]
+        return root in ALLOWED_IMPORT_ROOTS and not self._denied(module) and not any(
+            part.startswith("_") and part != "__future__" for part in module.split("."))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if not self._import_allowed(alias.name):
+                self.flag("imports", node, f"import of {alias.name!r} is not allowed")
+            local = alias.asname or alias.name.split(".")[0]
+            self.aliases[local] = alias.name if alias.asname else alias.name.split(".")[0]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level:
+            self.flag("imports", node, "relative imports are not allowed")
+            return
+        if module == self.platform_module:
+            for alias in node.names:
+                if alias.name not in self.candidate_api:
+                    self.flag("imports", node, f"{module} exposes only {sorted(self.candidate_api)} to candidates, "
+                                               f"not {alias.name!r}")
+                self.aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
+            return
+        if not self._import_allowed(module):
+            self.flag("imports", node, f"import from {module!r} is not allowed")
+        for alias in node.names:
+            qualified = f"{module}.{alias.name}"
+            if alias.name == "*":
+                self.flag("imports", node, "star imports are not allowed")
+            elif alias.name.startswith("_") or (self._denied(qualified) and qualified not in ALLOWED_QUALIFIED):
+                self.flag("imports", node, f"import of {qualified!r} is not allowed")
+            self.aliases[alias.asname or alias.name] = qualified
+
+    @staticmethod
+    def _denied(qualified: str) -> bool:
+        if qualified in ALLOWED_QUALIFIED:
+            return False
+        return any(qualified == p or qualified.startswith(p + ".") for p in DENIED_QUALIFIED_PREFIXES)
+
+    # --- names and attributes -------------------------------------------------------------------------------
+    def _qualified(self, node: ast.AST) -> str | None:
+        """`nn.functional.relu` -> `torch.nn.functional.relu` when the chain is rooted at an imported name."""
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name) and node.id in self.aliases:
+            return ".".join([self.aliases[node.id], *reversed(parts)])
+        return None
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id.startswith("__") and node.id.endswith("__") and node.id not in ALLOWED_DUNDERS:
+            self.flag("no-dunder", node, f"use of {node.id} is not allowed")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ALLOWED_DUNDERS:
+            self.flag("no-dunder", node, f"attribute {node.attr} is not allowed")
+        qualified = self._qualified(node)
+        if qualified:
+            parts = qualified.split(".")
+            if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts):
+                self.flag("no-private-torch", node, f"private attribute {qualified} is not allowed")
+            elif self._denied(qualified):
+                self.flag("imports", node, f"{qualified} is not allowed")
+            elif parts[0] == self.platform_module.split(".")[0] and not qualified.startswith(self.platform_module):
+                self.flag("imports", node, f"{qualified} is not allowed")
+            elif qualified.startswith(self.platform_module + ".") and parts[len(self.platform_module.split("."))] \
+                    not in self.candidate_api:
+                self.flag("imports", node, f"{qualified} is not part of the candidate API")
+            if isinstance(node.ctx, (ast.Store, ast.Del)):
+                self.flag("no-patching", node, f"assigning to {qualified} patches a module")
+        self.generic_visit(node)
+
+    def _check_store_target(self, target: ast.AST) -> None:
+        # `x = torch.cuda.Event; x.elapsed_time = f` is caught at run time; here: direct module attributes.
+        if isinstance(target, ast.Attribute):
+            root = target
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in self.aliases and target.attr:
+                qualified = self._qualified(target)
+                self.flag("no-patching", target, f"assigning to {qualified} patches a module")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for t in node.targets:
+            self._check_store_target(t)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._check_store_target(node.target)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in BANNED_CALLS and func.id not in self.aliases:
+            self.flag("no-dynamic-code", node, f"call of {func.id}() is not allowed")
+        if isinstance(func, ast.Name) and func.id == "getattr" and func.id not in self.aliases:
+            name = node.args[1] if len(node.args) > 1 else None
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not name.value.startswith("_")):
+                self.flag("no-dynamic-code", node, "getattr() is allowed only with a public constant name")
+        qualified = self._qualified(func)
+        if qualified and qualified.split(".")[-1] in GLOBAL_STATE_CALLS and qualified.startswith("torch"):
+            self.flag("no-global-state", node, f"{qualified}() changes torch's global state")
+        self.generic_visit(node)
+
+
+def _string_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append((node.lineno, node.value))
+    return out
+
+
+def _strip_c_comments(src: str) -> str:
+    src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
+    return re.sub(r"//[^\n]*", "", src)
+
+
+def check_native_source(text: str, first_line: int = 1, allow_inline_asm: bool = False) -> list[Violation]:
+    """Scan kernel source text; `first_line` is where the literal starts in the candidate file."""
+    found = []
+    patterns = list(_NATIVE_PATTERNS) + ([] if allow_inline_asm else [_HOST_ASM])
+    body = _strip_c_comments(text)
+    for i, line in enumerate(body.splitlines()):
+        for pattern, what in patterns:
+            m = re.search(pattern, line)
+            if m:
+                found.append(Violation("native-no-os", first_line + i,
+                                       f"kernel source {what}: {m.group(0).strip()!r}"))
+    return found
+
+
+def check_candidate(source: str, platform_module: str, candidate_api: tuple[str, ...],
+                    allow_inline_asm: bool = False) -> list[Violation]:
+    """All static violations of a candidate; an empty list means it may run. Syntax errors raise SyntaxError."""
+    tree = ast.parse(source)
+    checker = _Checker(platform_module, candidate_api)
+    checker.visit(tree)
+    violations = checker.violations
+    for line, text in _string_literals(tree):
+        if len(text) > 40 and ("(" in text or "{" in text):  # only literals that look like code
+            violations.extend(check_native_source(text, line, allow_inline_asm))
+    return sorted(set(violations), key=lambda v: (v.line or 0, v.rule, v.message))
+
+
+def rules_markdown() -> str:
+    return "\n".join(f"- **{r.id}** — {r.summary} _Why: {r.why}_" for r in RULES)

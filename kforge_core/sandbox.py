@@ -1,0 +1,217 @@
+"""Run the evaluation harness in a child process: timeout, memory limit, private directory, no secrets.
+
+What the child gets:
+- a fresh private working directory (removed afterwards) holding copies of the problem and the candidate;
+- an environment built from an allow-list (PATH, locale, CUDA/ROCm/torch/Triton/OpenMP settings, ...) from which
+  anything that looks like a credential (`*_KEY`, `*_TOKEN`, `*_SECRET`, `*PASSWORD*`, `OPENAI_*`, ...) is removed;
+- its own process group (killed whole on timeout, so compilers and stray grandchildren die too), a parent-death
+  signal, no core dumps, RLIMIT_AS where the platform allows it, and RSS polling everywhere;
+- a random nonce on stdin: the result is accepted only when framed by it, so candidate output cannot forge one.
+
+The caller's own process is made non-dumpable once (PR_SET_DUMPABLE=0), which stops processes of the same
+(non-root) user — the child included — from reading its /proc/<pid>/environ, where the API key lives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SandboxError
+from .platform import REPO_ROOT
+
+_ENV_ALLOW = re.compile(
+    r"^(PATH|LANG|LANGUAGE|LC_\w+|TZ|TERM|TMPDIR|CC|CXX|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|"
+    r"CUDA_\w+|NVIDIA_\w+|ROCM_\w+|HIP_\w+|TORCH_\w+|TORCHINDUCTOR_\w+|TRITON_\w+|PYTORCH_\w+|OMP_\w+|MKL_\w+|"
+    r"KMP_\w+|OPENBLAS_\w+|GOMP_\w+|KFORGE_\w+|VIRTUAL_ENV|CONDA_PREFIX|PYTHONHASHSEED|NCCL_\w+|NVSHMEM_\w+|"
+    r"MPS_\w+|METAL_\w+)$")
+_ENV_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)|^OPENAI_|^ANTHROPIC_",
+                         re.IGNORECASE)
+_dumpable_cleared = False
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def child_environment(workdir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_SECRET.search(k)}
+    env.update(
+        HOME=str(workdir),
+        PYTHONPATH=str(REPO_ROOT),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        KFORGE_CACHE_DIR=str(cache_dir()),
+        # torch.compile's caches persist across children, so the baseline's compile is paid once per problem
+        TORCHINDUCTOR_CACHE_DIR=str(cache_dir() / "inductor"),
+        TRITON_CACHE_DIR=str(cache_dir() / "triton"),
+        TORCH_EXTENSIONS_DIR=str(cache_dir() / "torch_extensions"),
+        XDG_CACHE_HOME=str(cache_dir() / "xdg"),
+    )
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return env
+
+
+def _clear_dumpable() -> None:
+    global _dumpable_cleared
+    if _dumpable_cleared or not sys.platform.startswith("linux"):
+        return
+    _dumpable_cleared = True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+def _limits(memory_limit_mb: int | None, limit_address_space: bool):
+    def apply() -> None:  # runs in the child between fork and exec
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if memory_limit_mb and limit_address_space:
+            n = memory_limit_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (n, n))
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the caller
+            except (OSError, AttributeError):
+                pass
+
+    return apply
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of a process group leader and its descendants (Linux), in MiB; 0 where unknown."""
+    total = 0
+    try:
+        out = subprocess.run(["ps", "-o", "rss=", "-s", str(pid)], capture_output=True, text=True, timeout=2)
+        total = sum(int(x) for x in out.stdout.split() if x.isdigit())
+    except (OSError, subprocess.SubprocessError):
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total = int(line.split()[1])
+        except OSError:
+            return 0.0
+    return total / 1024
+
+
+@dataclass
+class ChildOutcome:
+    result: dict | None  # the framed JSON result, when the child produced one
+    returncode: int | None
+    timed_out: bool
+    memory_exceeded: bool
+    log: str  # what the child printed (candidate output, tracebacks)
+    wall_s: float
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None
+
+
+def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
+              limit_address_space: bool, module: str = "kforge_core.harness.child") -> ChildOutcome:
+    """Run `python -m module` with `request` (JSON) on stdin and `files` written into its private directory."""
+    _clear_dumpable()
+    workdir = Path(tempfile.mkdtemp(prefix="kforge-eval-"))
+    try:
+        for name, text in files.items():
+            (workdir / name).write_text(text)
+        nonce = secrets.token_hex(16)
+        payload = json.dumps({**request, "nonce": nonce, "workdir": str(workdir)})
+        log_path = workdir / "child.log"
+        start = time.monotonic()
+        try:
+            with open(log_path, "wb") as log_file:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=log_file, cwd=workdir, env=child_environment(workdir), start_new_session=True,
+                    preexec_fn=_limits(memory_limit_mb, limit_address_space))
+        except OSError as e:
+            raise SandboxError(f"could not start the evaluation process: {e}") from e
+        stdout_chunks: list[bytes] = []
+        reader = threading.Thread(target=lambda: stdout_chunks.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        try:
+            proc.stdin.write(payload.encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        timed_out = memory_exceeded = False
+        next_rss = start + 0.5
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now - start > timeout_s:
+                timed_out = True
+                break
+            if memory_limit_mb and not limit_address_space and now >= next_rss:
+                next_rss = now + 0.5
+                if _rss_mb(proc.pid) > memory_limit_mb:
+                    memory_exceeded = True
+                    break
+            time.sleep(0.02)
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+        try:  # kill whatever the child left behind in its group (a hung compiler, a stray daemon)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        reader.join(timeout=5)
+        wall = time.monotonic() - start
+        out = b"".join(stdout_chunks).decode(errors="replace")
+        result = _unframe(out, nonce)
+        log = _read_log(workdir / "child.log")
+        cand_log = workdir / "candidate.log"
+        if cand_log.exists():
+            log = _read_log(cand_log) + ("\n" + log if log else "")
+        return ChildOutcome(result, proc.returncode, timed_out, memory_exceeded, log, wall)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _unframe(out: str, nonce: str) -> dict | None:
+    start_tag, end_tag = f"<<{nonce}>>", f"<</{nonce}>>"
+    i = out.rfind(start_tag)
+    j = out.rfind(end_tag)
+    if i < 0 or j < i:
+        return None
+    try:
+        return json.loads(out[i + len(start_tag):j])
+    except json.JSONDecodeError:
+        return None
+
+
+def _read_log(path: Path, limit: int = 20000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-limit:].decode(errors="replace")

@@ -1,0 +1,84 @@
+"""The evaluator's result: a JSON-safe dataclass, the same shape whether it came from a verdict or a crash."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected")
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    trials: int
+
+
+@dataclass
+class Verdict:
+    status: str
+    reason: str
+    target: str
+    tolerance: dict | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    candidate: Timing | None = None
+    eager: Timing | None = None
+    compiled: Timing | None = None
+    torch_compile_s: float | None = None  # time torch.compile took for the baseline, reported separately
+    checks: list[dict] = field(default_factory=list)  # [{"name", "passed", "detail"}]
+    warnings: list[str] = field(default_factory=list)
+    compile_log: str = ""
+    build_s: float | None = None  # time spent building the candidate's kernels (0 when all came from cache)
+    kernel_launches: dict[str, int] = field(default_factory=dict)
+    profile: dict | None = None
+    roofline: dict | None = None
+    device: str = ""
+    log_tail: str = ""  # what the candidate printed (stdout/stderr), last lines
+    wall_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown verdict status {self.status!r}")
+
+    @property
+    def candidate_ms(self) -> float | None:
+        return self.candidate.median_ms if self.candidate else None
+
+    @property
+    def eager_ms(self) -> float | None:
+        return self.eager.median_ms if self.eager else None
+
+    @property
+    def compiled_ms(self) -> float | None:
+        return self.compiled.median_ms if self.compiled else None
+
+    @property
+    def speedup_vs_eager(self) -> float | None:
+        return _ratio(self.eager_ms, self.candidate_ms)
+
+    @property
+    def speedup_vs_compiled(self) -> float | None:
+        return _ratio(self.compiled_ms, self.candidate_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(candidate_ms=self.candidate_ms, eager_ms=self.eager_ms, compiled_ms=self.compiled_ms,
+                 speedup_vs_eager=self.speedup_vs_eager, speedup_vs_compiled=self.speedup_vs_compiled)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Verdict":
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        for key in ("candidate", "eager", "compiled"):
+            if isinstance(known.get(key), dict):
+                known[key] = Timing(**known[key])
+        return cls(**known)
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den

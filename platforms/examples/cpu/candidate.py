@@ -1,0 +1,37 @@
+"""Swish + bias fused into one OpenMP loop over rows: one pass over memory instead of three."""
+
+import torch
+import torch.nn as nn
+
+from platforms.cpu import compile_cpp
+
+SOURCE = r"""
+#include <cmath>
+#include <cstdint>
+
+extern "C" void swish_bias(const float* x, const float* bias, float* out, int64_t rows, int64_t cols) {
+    #pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * cols;
+        float* orow = out + r * cols;
+        #pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) {
+            float v = xr[c];
+            orow[c] = v / (1.0f + std::exp(-v)) + bias[c];
+        }
+    }
+}
+"""
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.lib = compile_cpp(SOURCE)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        self.lib.swish_bias(x, self.bias.detach().contiguous(), out, x.shape[0], x.shape[1])
+        return out
