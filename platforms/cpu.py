@@ -23,7 +23,6 @@ from kforge_core.harness import context, guards, launches
 from kforge_core.platform import Availability, Platform
 from kforge_core.source_map import map_diagnostics, source_start_line, summarize_errors
 
-from ._ctypes_kernels import KernelLibrary, SignatureError, parse_signatures, profiling_active
 
 BASE_FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=c++17")
 
@@ -50,11 +49,14 @@ def _cpu_model() -> str:
     return _pyplatform.processor() or _pyplatform.machine()
 
 
-def compile_cpp(source: str, *, openmp: bool = True, extra_cflags: tuple[str, ...] = ()) -> KernelLibrary:
+def compile_cpp(source: str, *, openmp: bool = True, extra_cflags: tuple[str, ...] = ()):
     """Compile C++ `source` into a shared library (cached by hash) and return its extern "C" functions.
 
     Raises CompileError with diagnostics mapped to the candidate's own line numbers.
     """
+    # imported here: discovering platforms in the caller's process must not import torch (1.4 s on 2 cores)
+    from ._ctypes_kernels import KernelLibrary, SignatureError, parse_signatures
+
     cxx = _compiler()
     if cxx is None:
         raise CompileError("no C++ compiler found (install g++ or set CXX)")
@@ -131,6 +133,8 @@ class CpuPlatform(Platform):
 
         import torch
         from torch.profiler import ProfilerActivity, profile
+
+        from ._ctypes_kernels import profiling_active
 
         run()  # warm
         profiling_active[0] = True

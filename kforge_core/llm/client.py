@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
 import openai
 
@@ -30,6 +30,9 @@ from .images import has_images
 from .retry import backoff_delay
 from .tokens import estimate_prompt_tokens, estimate_tokens
 from .translate import CallContext, Failure, after_attempts, server_message, translate
+
+if TYPE_CHECKING:
+    from .endpoint import EndpointCheck
 
 T = TypeVar("T")
 TokenCallback = Callable[[str], None]
@@ -98,6 +101,13 @@ class _Reshaped(Exception):
 
 
 _UNSET: Any = object()
+_NOT_A_COMPLETION = "answered with something that is not a chat completion"
+# Wording of "this parameter is not accepted" across OpenAI, Azure, vLLM, LM Studio.
+_REFUSAL_WORDS = ("unsupported", "not supported", "not support", "only the default", "unrecognized", "unknown")
+_NO_CHOICES = "retry, or check the server logs and that the model is loaded"
+_NOT_OPENAI = "check that base_url points at an OpenAI-compatible API (a proxy or login page may be answering)"
+# What the SDK raises when a 200 body has an unexpected shape (it validates lazily, or not at all).
+_SHAPE_ERRORS = (TypeError, AttributeError, ValueError, KeyError)
 
 
 class LLMClient:
@@ -209,10 +219,12 @@ class LLMClient:
         ctx = self._context(model=None, timeout_s=timeout)
 
         def attempt(n: int) -> list[str]:
-            page = self._sdk.models.list(timeout=_timeout(timeout))
             try:
+                page = self._sdk.models.list(timeout=_timeout(timeout))
+                if getattr(page, "data", None) is None:
+                    raise TypeError("no data list")
                 ids = [m.id for m in page]
-            except (TypeError, AttributeError, ValueError):
+            except _SHAPE_ERRORS:
                 raise _AttemptFailed(
                     Failure(
                         LLMBadResponseError(
@@ -229,7 +241,7 @@ class LLMClient:
         ids, _ = self._with_retries(attempt, ctx, max_retries)
         return ids
 
-    def check_endpoint(self, *, timeout_s: float = 20.0, test_call: bool = True):
+    def check_endpoint(self, *, timeout_s: float = 20.0, test_call: bool = True) -> EndpointCheck:
         """See `kforge_core.llm.endpoint.check_endpoint`."""
         from .endpoint import check_endpoint
 
@@ -254,12 +266,15 @@ class LLMClient:
     def _json_once(
         self, params: dict, on_token: TokenCallback | None, ctx: CallContext, attempt: int, timeout: float
     ) -> _Outcome:
-        response = self._sdk.chat.completions.create(**params, timeout=_timeout(timeout))
+        try:
+            response = self._sdk.chat.completions.create(**params, timeout=_timeout(timeout))
+        except _SHAPE_ERRORS:  # the SDK choking on a body that is not a completion
+            raise _AttemptFailed(self._bad_response(ctx, attempt, _NOT_OPENAI, _NOT_A_COMPLETION)) from None
         choices = getattr(response, "choices", None)
         if choices is None or not isinstance(choices, list):
-            raise _AttemptFailed(self._bad_response(ctx, attempt, "answered with something that is not a chat completion"))
+            raise _AttemptFailed(self._bad_response(ctx, attempt, _NOT_OPENAI, _NOT_A_COMPLETION))
         if not choices:
-            raise _AttemptFailed(self._bad_response(ctx, attempt, "returned no choices"))
+            raise _AttemptFailed(self._bad_response(ctx, attempt, _NO_CHOICES, "returned no choices"))
         choice = choices[0]
         content = getattr(getattr(choice, "message", None), "content", None)
         text = content if isinstance(content, str) else ""
@@ -288,9 +303,12 @@ class LLMClient:
                 except StopIteration:
                     break
                 except openai.APIError as err:
+                    if finish is not None:
+                        break  # the answer was complete; only the usage chunk / [DONE] got lost
                     raise _AttemptFailed(self._stream_failure(err, ctx, attempt, "".join(parts))) from None
                 except ValueError:  # an SSE data line that is not JSON
-                    raise _AttemptFailed(self._bad_response(ctx, attempt, "sent a malformed stream event")) from None
+                    failure = self._bad_response(ctx, attempt, _NOT_OPENAI, "sent a malformed stream event")
+                    raise _AttemptFailed(failure) from None
                 model = getattr(chunk, "model", None) or model
                 usage = getattr(chunk, "usage", None) or usage
                 for choice in getattr(chunk, "choices", None) or []:
@@ -309,7 +327,7 @@ class LLMClient:
             stream.close()
         text = "".join(parts)
         if not saw_choice:
-            raise _AttemptFailed(self._bad_response(ctx, attempt, "streamed no choices"))
+            raise _AttemptFailed(self._bad_response(ctx, attempt, _NO_CHOICES, "streamed no choices"))
         if finish is None:
             got = f"after {len(text)} characters" if text else "before any text"
             raise _AttemptFailed(
@@ -348,11 +366,10 @@ class LLMClient:
             retryable=not partial,
         )
 
-    def _bad_response(self, ctx: CallContext, attempt: int, what: str) -> Failure:
+    def _bad_response(self, ctx: CallContext, attempt: int, hint: str, what: str) -> Failure:
         return Failure(
             LLMBadResponseError(
-                f"LLM endpoint {ctx.endpoint} {what} for model {ctx.model!r}; "
-                "retry, or check the server logs and that the model is loaded",
+                f"LLM endpoint {ctx.endpoint} {what} for model {ctx.model!r}; {hint}",
                 endpoint=ctx.endpoint,
                 attempts=attempt,
             ),
@@ -364,9 +381,10 @@ class LLMClient:
         if err.status_code not in (400, 422):
             return False
         msg = server_message(err).lower()
-        refused = any(w in msg for w in ("unsupported", "not supported", "not support", "only the default", "unrecognized", "unknown"))
+        refused = any(w in msg for w in _REFUSAL_WORDS)
         change = None
-        if "max_tokens" in params and "max_tokens" in msg and ("max_completion_tokens" in msg or refused):
+        # Only on an explicit refusal: "'max_tokens' or 'max_completion_tokens' is too large" (vLLM) is a real error.
+        if "max_tokens" in params and "max_tokens" in msg and refused:
             change = "max_completion_tokens"
         elif "temperature" in params and "temperature" in msg and refused:
             change = "no_temperature"

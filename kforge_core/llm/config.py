@@ -68,6 +68,8 @@ class LLMConfig:
 
     def __post_init__(self) -> None:
         problems = []
+        if self.base_url and not self.base_url.lower().startswith(("http://", "https://")):
+            problems.append(f"base_url must start with http:// or https:// (got {redact_url(self.base_url)!r})")
         if not self.timeout_s or self.timeout_s <= 0:
             problems.append(f"timeout_s must be > 0 (got {self.timeout_s})")
         if self.max_retries < 0:
@@ -213,5 +215,6 @@ def _typed(name: str, value: Any, path: Path) -> Any:
     if kind is None:
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        raise LLMConfigError(f"settings file {path}: [llm] {name} must be {'an integer' if kind is int else 'a number'}")
+        expected = "an integer" if kind is int else "a number"
+        raise LLMConfigError(f"settings file {path}: [llm] {name} must be {expected}")
     return kind(value)

@@ -271,7 +271,9 @@ class RunsMixin(IterationsMixin):
 
         Gone = the recorded worker pid is not alive on this host, or the last sign of life (heartbeat, else the
         last row update) is older than `stale_after_s`. The heartbeat test also catches a pid reused by an
-        unrelated process. Call it from the app/CLI at startup and now and then.
+        unrelated process. A queued run that no worker claimed within `stale_after_s` counts too: KForge starts
+        one worker per run right away and has no long-lived queue. Call it from the app/CLI at startup and now
+        and then; the pid test assumes workers run on this host.
         """
         cutoff = iso(_dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=stale_after_s))
         marked: list[str] = []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from sqlite_utils import Database
+
 from .db import connect, resolve_db_path
 from .migrations import ensure_schema
 from .runs import RunsMixin
@@ -18,7 +20,7 @@ class RunStore(RunsMixin):
     up to the busy timeout) and readers never block in WAL mode.
     """
 
-    def __init__(self, db, path: str):
+    def __init__(self, db: Database, path: str):
         self.db = db
         self.path = path
 

@@ -1,0 +1,106 @@
+"""Time to verdict: the full `evaluate` (all seeds, timing, eager + torch.compile baselines) for
+(a) a ctypes C++ candidate, (b) the same kernel as a cold `load_inline` build, (c) a cached `load_inline` rebuild.
+
+    python bench/time_to_verdict.py --target cpu [--runs 5] [--cli]
+
+Each variant runs `--runs` times; the table prints median/min/max wall seconds and ratios measured side by side in
+this one run. By default the evaluations are made through the library (`kforge_core.evaluator.evaluate`, as the loop
+and the app do); `--cli` times `python -m kforge_core evaluate ... --json` processes instead (adds the CLI's own
+start-up). Cold builds are made cold by a unique comment inside the kernel source (a new hash), so torch.compile's cache
+stays warm for every variant and only the candidate's build differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kforge_core.evaluator import EvalOptions, evaluate  # noqa: E402
+from kforge_core.platform import get_platform  # noqa: E402
+from kforge_core.problem import load_problem  # noqa: E402
+
+
+def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool) -> tuple[float, dict]:
+    start = time.perf_counter()
+    if use_cli:
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write(candidate)
+        out = subprocess.run([sys.executable, "-m", "kforge_core", "evaluate", "--problem", str(problem_path),
+                              "--candidate", f.name, "--target", target, "--json"], capture_output=True, text=True,
+                             cwd=ROOT)
+        os.unlink(f.name)
+        result = json.loads(out.stdout)
+    else:
+        verdict = evaluate(load_problem(path=problem_path), candidate, target, EvalOptions())
+        result = verdict.to_dict()
+    return time.perf_counter() - start, result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="cpu")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--cli", action="store_true", help="time CLI processes instead of library calls")
+    args = ap.parse_args()
+
+    platform = get_platform(args.target, require_available=True)
+    example = platform.example()
+    ctypes_src = example.candidate.read_text()
+    inline_path = ROOT / "bench" / "fixtures" / f"{args.target}_load_inline.py"
+    if not inline_path.exists():
+        print(f"no load_inline fixture for {args.target} ({inline_path})", file=sys.stderr)
+        return 2
+    inline_src = inline_path.read_text()
+    def with_token(token: str) -> str:  # a token inside the kernel source changes its hash: a cold build
+        return inline_src.replace('CPP_SOURCE = r"""', f'CPP_SOURCE = r"""// {token}', 1)
+
+    cached_src = with_token(f"cache key {uuid.uuid4().hex}")
+
+    print(f"device: {platform.device_name()}; warming caches (torch.compile, ceilings, one cached build)...",
+          flush=True)
+    _evaluate(example.problem, ctypes_src, args.target, args.cli)
+    _evaluate(example.problem, cached_src, args.target, args.cli)
+
+    variants = {
+        "(a) ctypes C++ candidate": lambda: ctypes_src,
+        "(b) load_inline, cold build": lambda: with_token(f"cold {uuid.uuid4().hex}"),
+        "(c) load_inline, cached build": lambda: cached_src,
+    }
+    rows = {}
+    for name, make in variants.items():
+        walls, builds, statuses = [], [], set()
+        for _ in range(args.runs):
+            wall, result = _evaluate(example.problem, make(), args.target, args.cli)
+            walls.append(wall)
+            builds.append(result.get("build_s") or 0.0)
+            statuses.add(result["status"])
+        rows[name] = (walls, builds, statuses)
+        print(f"  {name}: median {statistics.median(walls):.2f} s ({', '.join(sorted(statuses))})", flush=True)
+
+    base = statistics.median(rows["(a) ctypes C++ candidate"][0])
+    cold = statistics.median(rows["(b) load_inline, cold build"][0])
+    print(f"\nTime to verdict, target {args.target}, {args.runs} runs each, "
+          f"{'CLI processes' if args.cli else 'library calls'}:")
+    print(f"| variant | median s | min s | max s | candidate build s (median) | vs (a) | verdicts |")
+    print(f"|---|---|---|---|---|---|---|")
+    for name, (walls, builds, statuses) in rows.items():
+        med = statistics.median(walls)
+        print(f"| {name} | {med:.2f} | {min(walls):.2f} | {max(walls):.2f} | {statistics.median(builds):.3f} | "
+              f"{med / base:.1f}x | {', '.join(sorted(statuses))} |")
+    print(f"\n(b)/(a) = {cold / base:.1f}x  (goal: (a) <= 2 s and >= 10x faster than (b))")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

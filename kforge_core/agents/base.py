@@ -1,0 +1,117 @@
+"""The agent roles' contract. The loop talks only to these types; LLM and built-in agents implement them.
+
+The model's mistakes are data: a reply without a program is a GenerationResult with `program=None` and an `error`,
+recorded and fed back; a bug in KForge raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Protocol
+
+TokenSink = Callable[[str], None]
+
+
+@dataclass
+class Recommendation:
+    title: str  # "Fuse the bias add into the GEMM epilogue"
+    change: str  # what to change, concretely
+    why: str  # the measured fact behind it ("aten::add is 31% of the time, a separate pass over 64 MiB")
+    expected_gain: str = ""  # "~1.3x", "removes one launch"
+    move: str | None = None  # built-in catalogue id ("fuse", "vectorize", "block_shape", ...) or None for LLMs
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Recommendation":
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    model: str = ""
+    estimated: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Feedback:
+    """What the last evaluation said, for the next generation."""
+
+    status: str  # verdict status, or "no_program"
+    reason: str
+    compile_log: str = ""
+    candidate_ms: float | None = None
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    recommendations: list[Recommendation] = field(default_factory=list)
+
+
+@dataclass
+class GenerationRequest:
+    problem_source: str
+    problem_name: str
+    target: str  # platform name
+    platform_title: str
+    example_problem: str  # the platform's single-shot example
+    example_candidate: str
+    kernel_language: str
+    pass_name: str  # "functional" | "optimization"
+    iteration: int
+    previous_program: str | None = None
+    feedback: Feedback | None = None
+    reference_program: str | None = None  # a working program for another platform
+    reference_target: str | None = None
+    candidate_api: tuple[str, ...] = ()
+    platform_module: str = ""
+
+
+@dataclass
+class GenerationResult:
+    program: str | None
+    reply_text: str = ""
+    error: str | None = None  # why there is no program (no code block, truncated reply, unsupported module...)
+    notes: str = ""  # shown to the user, e.g. "synthesized 5 of 6 graph nodes (83%)"
+    usage: Usage = field(default_factory=Usage)
+    prompt: list[dict] = field(default_factory=list)  # the messages sent, for the record
+
+
+@dataclass
+class AnalysisRequest:
+    program: str
+    problem_source: str
+    target: str
+    platform_title: str
+    profile: dict | None  # kforge_core.profiling summary
+    roofline: dict | None
+    candidate_ms: float | None
+    eager_ms: float | None
+    compiled_ms: float | None
+    screenshots: list[bytes] = field(default_factory=list)  # PNG/JPEG of GUI profilers
+    history: list[dict] = field(default_factory=list)  # earlier moves tried and their measured effect
+
+
+@dataclass
+class AnalysisResult:
+    recommendations: list[Recommendation]
+    text: str = ""
+    usage: Usage = field(default_factory=Usage)
+    error: str | None = None
+
+
+class GenerationAgent(Protocol):
+    label: str  # shown everywhere: "gpt-4o @ http://127.0.0.1:8000/v1" or "built-in, rule-based (no LLM)"
+
+    def generate(self, request: GenerationRequest, on_token: TokenSink | None = None) -> GenerationResult: ...
+
+
+class AnalysisAgent(Protocol):
+    label: str
+
+    def analyze(self, request: AnalysisRequest, on_token: TokenSink | None = None) -> AnalysisResult: ...
