@@ -85,6 +85,10 @@ class Platform:
     def device_name(self) -> str:
         return self.device_type
 
+    def device_count(self) -> int:
+        """How many devices of this kind can run evaluations side by side (benchmarks use one worker each)."""
+        return 1
+
     def example(self) -> Example:
         d = EXAMPLES_DIR / self.name
         return Example(problem=d / "problem.py", candidate=d / "candidate.py")

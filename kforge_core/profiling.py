@@ -7,8 +7,17 @@ Shape (a JSON-safe dict, the contract for the analysis agent and the UI):
 
 from __future__ import annotations
 
+import re
 
-def summarize_torch_profile(prof, trials: int, tool: str, device: str, top: int = 12) -> dict:
+
+def _is_custom(key: str, custom_names) -> bool:
+    """`kforge::` ranges, or device kernels whose name contains one of the candidate's kernel names as a word."""
+    if key.startswith("kforge::"):
+        return True
+    return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", key) for n in custom_names)
+
+
+def summarize_torch_profile(prof, trials: int, tool: str, device: str, top: int = 12, custom_names=()) -> dict:
     events = prof.key_averages()
     use_device = device != "cpu"
     rows = []
@@ -17,7 +26,7 @@ def summarize_torch_profile(prof, trials: int, tool: str, device: str, top: int 
             self_us = getattr(ev, "self_device_time_total", None) or getattr(ev, "self_cuda_time_total", 0)
         else:
             self_us = ev.self_cpu_time_total
-        custom = ev.key.startswith("kforge::")
+        custom = _is_custom(ev.key, custom_names)
         if custom and not use_device:
             self_us = ev.cpu_time_total  # a ctypes call has no child ops: its total is its own time
         if self_us <= 0:

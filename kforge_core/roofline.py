@@ -46,6 +46,10 @@ def _bytes(obj) -> int:
     return 0
 
 
+def _low_precision(tensors) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16) for t in tensors)
+
+
 def count_flops(model, inputs) -> int | None:
     try:
         from torch.utils.flop_counter import FlopCounterMode
@@ -66,6 +70,8 @@ def roofline(ref_model, inputs, candidate_ms: float, platform) -> dict:
     ceil = ceilings(platform)
     bw = ceil.get("bandwidth_gbs")
     peak = ceil.get("fp32_tflops")
+    if ceil.get("bf16_tflops") and _low_precision(list(inputs) + list(ref_model.parameters())):
+        peak = ceil["bf16_tflops"]  # half-precision matmuls run on tensor cores: the fp32 peak would be no floor
     t_mem = nbytes / (bw * 1e9) * 1e3 if bw else None
     t_flop = flops / (peak * 1e12) * 1e3 if (peak and flops) else None
     floors = [t for t in (t_mem, t_flop) if t]

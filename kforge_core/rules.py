@@ -56,9 +56,17 @@ DENIED_QUALIFIED_PREFIXES = (
     "torch.multiprocessing", "torch.distributed", "torch.hub", "torch.compile", "torch.utils.cpp_extension.load",
     "torch.utils.data", "torch.cuda.memory", "torch.library", "torch.ops", "torch.jit", "torch.export",
     "torch.backends", "torch.profiler", "torch.autograd.profiler",
+    # global interception: hooks on *every* module (the reference included) and torch-function modes
+    "torch.nn.modules.module", "torch.overrides", "torch.utils.hooks", "torch.autograd.graph",
+    # deserialisation runs code (pickle), file I/O, foreign libraries, clocks
+    "torch.load", "torch.save", "torch.from_file", "torch.serialization", "torch.package", "torch.classes",
+    "torch.utils.benchmark", "torch.utils.cpp_extension",
+    "numpy.load", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.fromfile", "numpy.memmap",
+    "numpy.loadtxt", "numpy.savetxt", "numpy.genfromtxt", "numpy.fromregex", "numpy.ctypeslib", "numpy.lib",
+    "numpy.f2py", "numpy.distutils", "numpy.testing", "numpy.DataSource",
 )
-# `torch.utils.cpp_extension.load` is a prefix of `load_inline`; the allow-list below wins for exact names.
-ALLOWED_QUALIFIED = frozenset({"torch.utils.cpp_extension.load_inline"})
+# Exact names allowed inside a denied prefix: KernelBench's load_inline (and its module, to reach it).
+ALLOWED_QUALIFIED = frozenset({"torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension"})
 GLOBAL_STATE_CALLS = frozenset({
     "set_float32_matmul_precision", "set_default_dtype", "set_default_tensor_type", "set_default_device",
     "set_flush_denormal", "use_deterministic_algorithms", "manual_seed", "manual_seed_all", "seed", "seed_all",
@@ -73,12 +81,25 @@ ALLOWED_DUNDERS = frozenset({"__init__", "__name__"})
 
 # Native (C/C++/CUDA/Metal) source: what kernels never need. Word-boundary patterns over string literals.
 _NATIVE_PATTERNS = [
-    (r"\b(system|popen|fork|vfork|execl|execlp|execle|execv|execvp|execvpe|posix_spawn|clone)\s*\(", "runs programs"),
-    (r"\b(getenv|secure_getenv|environ)\b", "reads the environment"),
+    (r"\b(system|popen|fork|vfork|execl|execlp|execle|execv|execve|execvp|execvpe|fexecve|posix_spawnp?|clone)"
+     r"\s*\(", "runs programs"),
+    (r"\b(getenv|secure_getenv|environ|__environ|setenv|putenv)\b", "reads the environment"),
     (r"/proc\b", "reads /proc"),
-    (r"\b(socket|connect|bind|dlopen|dlsym|syscall|ptrace)\s*\(", "uses OS services"),
-    (r"\b(fopen|freopen|ifstream|ofstream|fstream|open|creat|unlink|remove|rename)\s*\(", "does file I/O"),
+    (r"\b(socket|connect|bind|dlopen|dlmopen|dlsym|syscall|ptrace|mprotect|prctl)\s*\(", "uses OS services"),
+    (r"\b(fopen|fopen64|freopen|fdopen|opendir|open|open64|openat|creat|unlink|remove|rename|truncate)\s*\(",
+     "does file I/O"),
+    (r"\b(ifstream|ofstream|fstream|filebuf|std::filesystem)\b", "does file I/O"),
     (r"\b(pthread_create|std::thread|std::async|std::jthread)\b", "starts threads (OpenMP is allowed)"),
+    # kernels include system headers by name; a path (absolute, parent directory, home) or a macro would paste an
+    # arbitrary file into the build log the agent reads
+    (r"^\s*#\s*(include|include_next|import)\s*(?![<\"])\S", "uses a computed #include"),
+    (r"^\s*#\s*(include|include_next|import)\s*[<\"]\s*(/|~|[^>\"]*\.\.)", "includes a file by path"),
+    (r"\b(__has_include|__has_include_next)\b|#\s*embed\b", "probes or embeds files"),
+    # the Python C API / pybind11 from a load_inline extension is Python without the static rules
+    (r"\b(PyRun_\w*|PyImport_\w*|Py_CompileString\w*|PyEval_EvalCode\w*|PyEval_GetBuiltins|PySys_\w*|"
+     r"PyMarshal_\w*|PyObject_SetAttr\w*|PyObject_GenericSetAttr)\b", "uses the Python C API to run Python"),
+    (r"\bpy(bind11)?::(exec|eval|eval_file|globals|module_?::import|setattr|delattr|import)\b|"
+     r"\bpybind11::(module_?::)?import\b", "uses pybind11 to run Python"),
 ]
 _HOST_ASM = (r"\b(asm|__asm__|__asm)\b", "uses host inline assembly")
 
@@ -146,12 +167,25 @@ class _Checker(ast.NodeVisitor):
         return any(qualified == p or qualified.startswith(p + ".") for p in DENIED_QUALIFIED_PREFIXES)
 
     # --- names and attributes -------------------------------------------------------------------------------
+    def _const_getattr(self, node: ast.AST) -> bool:
+        """`getattr(obj, "name")` (public constant name): read exactly like `obj.name`."""
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and "getattr" not in self.aliases and len(node.args) in (2, 3) and not node.keywords
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str))
+
     def _qualified(self, node: ast.AST) -> str | None:
-        """`nn.functional.relu` -> `torch.nn.functional.relu` when the chain is rooted at an imported name."""
+        """`nn.functional.relu` -> `torch.nn.functional.relu` when the chain is rooted at an imported name (or a name
+        assigned from one); `getattr(x, "name")` counts as `x.name`."""
         parts: list[str] = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
+        while True:
+            if isinstance(node, ast.Attribute):
+                parts.append(node.attr)
+                node = node.value
+            elif self._const_getattr(node):
+                parts.append(node.args[1].value)
+                node = node.args[0]
+            else:
+                break
         if isinstance(node, ast.Name) and node.id in self.aliases:
             return ".".join([self.aliases[node.id], *reversed(parts)])
         return None
@@ -160,39 +194,65 @@ class _Checker(ast.NodeVisitor):
         if node.id.startswith("__") and node.id.endswith("__") and node.id not in ALLOWED_DUNDERS:
             self.flag("no-dunder", node, f"use of {node.id} is not allowed")
 
+    def _check_qualified(self, node: ast.AST, qualified: str, store: bool) -> None:
+        parts = qualified.split(".")
+        if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts):
+            self.flag("no-private-torch", node, f"private attribute {qualified} is not allowed")
+        elif self._denied(qualified):
+            self.flag("imports", node, f"{qualified} is not allowed")
+        elif parts[0] == self.platform_module.split(".")[0] and not qualified.startswith(self.platform_module):
+            self.flag("imports", node, f"{qualified} is not allowed")
+        elif qualified.startswith(self.platform_module + ".") and parts[len(self.platform_module.split("."))] \
+                not in self.candidate_api:
+            self.flag("imports", node, f"{qualified} is not part of the candidate API")
+        if store:
+            self.flag("no-patching", node, f"assigning to {qualified} patches a module")
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ALLOWED_DUNDERS:
             self.flag("no-dunder", node, f"attribute {node.attr} is not allowed")
         qualified = self._qualified(node)
         if qualified:
-            parts = qualified.split(".")
-            if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts):
-                self.flag("no-private-torch", node, f"private attribute {qualified} is not allowed")
-            elif self._denied(qualified):
-                self.flag("imports", node, f"{qualified} is not allowed")
-            elif parts[0] == self.platform_module.split(".")[0] and not qualified.startswith(self.platform_module):
-                self.flag("imports", node, f"{qualified} is not allowed")
-            elif qualified.startswith(self.platform_module + ".") and parts[len(self.platform_module.split("."))] \
-                    not in self.candidate_api:
-                self.flag("imports", node, f"{qualified} is not part of the candidate API")
-            if isinstance(node.ctx, (ast.Store, ast.Del)):
-                self.flag("no-patching", node, f"assigning to {qualified} patches a module")
+            self._check_qualified(node, qualified, isinstance(node.ctx, (ast.Store, ast.Del)))
         self.generic_visit(node)
 
     def _check_store_target(self, target: ast.AST) -> None:
-        # `x = torch.cuda.Event; x.elapsed_time = f` is caught at run time; here: direct module attributes.
+        # Attributes of imported modules/classes, directly or through a name assigned from one
+        # (`t = torch.cuda.Event; t.elapsed_time = f`); other aliases are caught at run time.
         if isinstance(target, ast.Attribute):
-            root = target
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            if isinstance(root, ast.Name) and root.id in self.aliases and target.attr:
-                qualified = self._qualified(target)
+            qualified = self._qualified(target)
+            if qualified:
                 self.flag("no-patching", target, f"assigning to {qualified} patches a module")
+
+    def _bind(self, target: ast.AST, value: ast.AST | None) -> None:
+        """Follow plain-name aliases of imported objects (`E = torch.cuda.Event`); rebinding a name drops it."""
+        if isinstance(target, ast.Name):
+            qualified = self._qualified(value) if value is not None else None
+            if qualified:
+                self.aliases[target.id] = qualified
+            else:
+                self.aliases.pop(target.id, None)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            values = value.elts if isinstance(value, (ast.Tuple, ast.List)) and \
+                len(value.elts) == len(target.elts) else [None] * len(target.elts)
+            for t, v in zip(target.elts, values):
+                self._bind(t, v)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
             self._check_store_target(t)
         self.generic_visit(node)
+        for t in node.targets:
+            self._bind(t, node.value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._check_store_target(node.target)
+        self.generic_visit(node)
+        self._bind(node.target, node.value)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.generic_visit(node)
+        self._bind(node.target, node.value)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._check_store_target(node.target)
@@ -206,6 +266,10 @@ class _Checker(ast.NodeVisitor):
             name = node.args[1] if len(node.args) > 1 else None
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not name.value.startswith("_")):
                 self.flag("no-dynamic-code", node, "getattr() is allowed only with a public constant name")
+            elif self._const_getattr(node):
+                qualified = self._qualified(node)
+                if qualified:
+                    self._check_qualified(node, qualified, store=False)
         qualified = self._qualified(func)
         if qualified and qualified.split(".")[-1] in GLOBAL_STATE_CALLS and qualified.startswith("torch"):
             self.flag("no-global-state", node, f"{qualified}() changes torch's global state")

@@ -94,8 +94,29 @@ def _limits(memory_limit_mb: int | None, limit_address_space: bool):
                 ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the caller
             except (OSError, AttributeError):
                 pass
+        drop_privileges()
 
     return apply
+
+
+def drop_privileges() -> None:
+    """In a child about to run candidate code (after fork, before exec): no new privileges (setuid programs do not
+    elevate), and when running as root an empty capability bounding set, so after exec the child holds no
+    capabilities at all. Without this a root child keeps CAP_SYS_PTRACE, which overrides the caller's
+    non-dumpable flag and lets it read the caller's /proc/<pid>/environ (the API key), and CAP_DAC_OVERRIDE, which
+    opens every file on the machine. The child stays uid 0, so it still owns the private directory and the cache."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        if os.geteuid() == 0:
+            for cap in range(64):  # PR_CAPBSET_DROP; EINVAL past the kernel's last capability is harmless
+                libc.prctl(24, cap, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _rss_mb(pid: int) -> float:

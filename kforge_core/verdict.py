@@ -32,6 +32,8 @@ class Verdict:
     warnings: list[str] = field(default_factory=list)
     compile_log: str = ""
     build_s: float | None = None  # time spent building the candidate's kernels (0 when all came from cache)
+    # one record per kernel build: {"platform", "key", "cached", "compiler_ran", "seconds"}
+    builds: list[dict] = field(default_factory=list)
     kernel_launches: dict[str, int] = field(default_factory=dict)
     profile: dict | None = None
     roofline: dict | None = None

@@ -153,6 +153,7 @@ class KernelFunction:
             if allowed is not None and value.dtype not in allowed:
                 raise TypeError(f"{where} has dtype {value.dtype}, the C parameter is {p.base}* "
                                 f"(expects {', '.join(str(d) for d in allowed)})")
+            launches.touch(value)
             return value.data_ptr()
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:

@@ -12,6 +12,7 @@ crash. It is pure Python (no Metal needed), so it is tested on any machine.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import re
@@ -41,7 +42,8 @@ ELEMENT_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "short": (torch.int16,), "int16_t": (torch.int16,), "ushort": (torch.int16, torch.uint16),
     "uint16_t": (torch.int16, torch.uint16), "unsigned short": (torch.int16, torch.uint16),
     "char": (torch.int8,), "int8_t": (torch.int8,), "signed char": (torch.int8,),
-    "uchar": (torch.uint8, torch.bool), "uint8_t": (torch.uint8, torch.bool), "unsigned char": (torch.uint8, torch.bool),
+    "uchar": (torch.uint8, torch.bool), "uint8_t": (torch.uint8, torch.bool),
+    "unsigned char": (torch.uint8, torch.bool),
     "bool": (torch.bool, torch.uint8),
     "long": (torch.int64,), "int64_t": (torch.int64,), "ulong": (torch.int64, torch.uint64),
     "uint64_t": (torch.int64, torch.uint64), "unsigned long": (torch.int64, torch.uint64),
@@ -90,7 +92,7 @@ class Param:
     kind: str  # "buffer" (bound from Python) | "builtin" | "threadgroup" | "resource"
     buffer_index: int | None = None
 
-    @property
+    @functools.cached_property
     def element(self) -> tuple[str, int, int]:
         """(scalar type, vector width, elements per vector in memory) — ("float", 4, 4), ("float", 3, 4)."""
         m = _VECTOR.match(self.type)
@@ -116,7 +118,7 @@ class KernelSignature:
     def n_args(self) -> int:
         return max(self.buffers) + 1 if self.buffers else 0
 
-    @property
+    @functools.cached_property
     def grid_dims(self) -> int | None:
         """1, 2 or 3 when the kernel reads thread_position_in_grid; None when it does not."""
         for p in self.params:
@@ -179,11 +181,10 @@ def _parse_param(text: str, line: int) -> Param:
     if not words:
         raise MetalSignatureError("empty kernel parameter", line)
     space = next((w for w in words if w in ADDRESS_SPACES), None)
-    name = words[-1] if len(words) > 1 else f"arg"
+    name = words[-1] if len(words) > 1 else "arg"
     type_words = [w for w in words[:-1] if w not in ADDRESS_SPACES and w not in _QUALIFIERS]
     ptype = " ".join(type_words) if type_words else words[0]
     ptype = re.sub(r"^atomic<\s*(\w+)\s*>$", r"atomic_\1", ptype.replace(" <", "<"))
-    ptype = ptype.replace("unsigned int", "uint") if ptype == "unsigned int" else ptype
     attr_names = {re.sub(r"\(.*$", "", a).strip() for a in attributes}
     buffer_index = None
     for a in attributes:
@@ -236,21 +237,23 @@ def parse_kernels(source: str) -> dict[str, KernelSignature]:
                 raise MetalSignatureError(
                     f"kernel {name}: parameter `{p.describe()}` is a texture/sampler/stage_in resource; "
                     f"torch.mps.compile_shader binds only buffers (tensors) and scalars", line)
-        buffers: dict[int, Param] = {}
         bound = [p for p in params if p.kind == "buffer"]
         explicit = [p for p in bound if p.buffer_index is not None]
         if explicit and len(explicit) != len(bound):
             raise MetalSignatureError(
                 f"kernel {name}: give every buffer parameter a [[buffer(i)]] index, or none (then they are "
                 f"numbered in order): call argument i binds to [[buffer(i)]]", line)
-        for i, p in enumerate(bound):
-            index = p.buffer_index if p.buffer_index is not None else i
-            if index in buffers:
-                raise MetalSignatureError(f"kernel {name}: two parameters use [[buffer({index})]]", line)
-            buffers[index] = Param(p.name, p.type, p.address_space, p.indirection, p.attributes, p.kind, index)
-        params = tuple(buffers.get(p.buffer_index if p.buffer_index is not None else -1, p) if p.kind == "buffer"
-                       else p for p in params)
-        kernels[name] = KernelSignature(name, params, line, dict(sorted(buffers.items())))
+        buffers: dict[int, Param] = {}
+        numbered = []
+        for p in params:
+            if p.kind == "buffer":
+                index = p.buffer_index if p.buffer_index is not None else len(buffers)
+                if index in buffers:
+                    raise MetalSignatureError(f"kernel {name}: two parameters use [[buffer({index})]]", line)
+                p = Param(p.name, p.type, p.address_space, p.indirection, p.attributes, p.kind, index)
+                buffers[index] = p
+            numbered.append(p)
+        kernels[name] = KernelSignature(name, tuple(numbered), line, dict(sorted(buffers.items())))
     return kernels
 
 
@@ -267,9 +270,11 @@ def _is_number(v) -> bool:
     return isinstance(v, numbers.Number) and not isinstance(v, torch.Tensor) and not isinstance(v, complex)
 
 
-def _scalar(where: str, p: Param | None, value, elem: str | None) -> tuple[object, str | None]:
+def _scalar(where: str, value, elem: str | None) -> tuple[object, str | None]:
     """Convert one Python number for a scalar of Metal type `elem` (None: unknown, passed as torch would)."""
-    if isinstance(value, bool):
+    if type(value) is int or type(value) is float:
+        pass
+    elif isinstance(value, bool):
         value = int(value)
     elif isinstance(value, numbers.Integral):
         value = int(value)
@@ -281,8 +286,6 @@ def _scalar(where: str, p: Param | None, value, elem: str | None) -> tuple[objec
         return value, None
     kind, cast, bounds = _SCALAR_CASTS[elem]
     if kind == "float":
-        if isinstance(value, float) and not math.isfinite(value) and cast is None:
-            return value, None
         return float(value), cast
     if isinstance(value, float):
         if not value.is_integer():
@@ -355,7 +358,7 @@ def bind_arguments(sig: KernelSignature | None, kernel_name: str, args: tuple, d
             if p is not None and p.address_space == "device":
                 raise TypeError(f"{where} is a Python list, but `{p.describe()}` is device memory: pass a tensor")
             elem = p.element[0] if p is not None else None
-            conv = [_scalar(f"{where}[{j}]", p, v, elem) for j, v in enumerate(value)]
+            conv = [_scalar(f"{where}[{j}]", v, elem) for j, v in enumerate(value)]
             kinds = {type(v) for v, _ in conv}
             if len(kinds) > 1:
                 raise TypeError(f"{where} mixes ints and floats; make every element the same type")
@@ -369,14 +372,14 @@ def bind_arguments(sig: KernelSignature | None, kernel_name: str, args: tuple, d
             if cast:
                 casts[i] = cast
             continue
-        if _is_number(value):
+        if type(value) in (int, float) or _is_number(value):
             if p is not None and p.address_space == "device":
                 raise TypeError(f"{where} is a Python number, but the kernel declares `{p.describe()}` (device "
                                 f"memory): pass a tensor, or declare it `constant {p.type}& {p.name}`")
             elem = p.element[0] if p is not None else None
             if p is not None and p.element[1] > 1:
                 raise TypeError(f"{where}: `{p.describe()}` is a vector; pass a list of {p.element[1]} numbers")
-            v, cast = _scalar(where, p, value, elem)
+            v, cast = _scalar(where, value, elem)
             out.append(v)
             if cast:
                 casts[i] = cast
@@ -400,6 +403,8 @@ def normalize_dispatch(kernel_name: str, threads, group_size, max_threads: int |
                         f"argument) is too easy to get wrong")
 
     def as_dims(value, what: str) -> tuple[int, ...]:
+        if type(value) is tuple and 0 < len(value) < 4 and all(type(d) is int and d > 0 for d in value):
+            return value  # the common case, checked fast
         dims = (value,) if isinstance(value, numbers.Integral) else tuple(value)
         if not 1 <= len(dims) <= 3:
             raise ValueError(f"{kernel_name}: {what} must have 1 to 3 dimensions, got {len(dims)}")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kforge_core.build_cache import cached_build, digest
 from kforge_core.errors import CompileError
-from kforge_core.harness import context, guards, launches
+from kforge_core.harness import context, guards, launches, native
 from kforge_core.platform import Availability, Platform
 from kforge_core.source_map import map_diagnostics, source_start_line, summarize_errors
 
@@ -67,6 +67,8 @@ def compile_cpp(source: str, *, openmp: bool = True, extra_cflags: tuple[str, ..
     if not signatures:
         raise CompileError('the source declares no extern "C" function; declare the entry points as '
                            '`extern "C" void name(const float* x, float* out, int64_t n)`')
+    native.vet_source("compile_cpp", source)  # the text actually compiled, however it was assembled
+    native.vet_flags("compile_cpp", extra_cflags=list(extra_cflags))
     flags = (*BASE_FLAGS, *(("-fopenmp",) if openmp else ()), *extra_cflags)
     key = digest(source, " ".join(flags), _compiler_version(cxx), _cpu_model())
     start = time.perf_counter()
@@ -85,6 +87,7 @@ def compile_cpp(source: str, *, openmp: bool = True, extra_cflags: tuple[str, ..
     directory, cached = cached_build("cpu", key, build)
     build_s = time.perf_counter() - start
     launches.record_build("cpu", key, cached, build_s)
+    native.vet_binary("compile_cpp", directory / "kernel.so")  # what the library imports, macros seen through
     try:
         with guards.trusted():  # dlopen/dlsym are refused to candidate code, not to us
             cdll = ctypes.CDLL(str(directory / "kernel.so"))

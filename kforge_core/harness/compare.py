@@ -17,6 +17,9 @@ class Comparison:
     max_rel_error: float = 0.0
 
 
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def flatten(out) -> list:
     if isinstance(out, (list, tuple)):
         return [x for item in out for x in flatten(item)]
@@ -49,6 +52,9 @@ def compare_outputs(got, want, policy: TolerancePolicy) -> Comparison:
         if isinstance(w, torch.Tensor):
             if not isinstance(g, torch.Tensor):
                 return Comparison(False, f"{label} is a {type(g).__name__}, expected a tensor {describe(w)}")
+            if type(g) not in _PLAIN_TENSOR_TYPES:  # a subclass can override the very methods a check calls
+                return Comparison(False, f"{label} is a torch.Tensor subclass ({type(g).__name__}); outputs must be "
+                                         f"plain tensors")
             if g.shape != w.shape:
                 return Comparison(False, f"{label} has shape {list(g.shape)}, expected {list(w.shape)}")
             if g.dtype != w.dtype:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 candidate_path: Path | None = None
 candidate_text: str = ""
+request: dict = {}  # the evaluation request (target, size_class, ...), for adapters that re-run the candidate
 
 
 def set_candidate(path: Path) -> None:

@@ -12,6 +12,11 @@ For every seed (at least 5), with fresh random inputs:
 Then, once: the inputs of the last call are overwritten in place with new values (same addresses) and the
 candidate must follow them (caching by input address or by shape), and candidate outputs must differ across seeds
 whenever the reference's do (constant outputs).
+
+After every candidate call `after_call()` runs (the caller checks that no global torch state, hook, mode or
+patched function was left behind, before the harness computes anything else), and the outputs are checked to be
+memory a compiled kernel was handed or returned; if none is, the verdict carries a warning (a do-nothing kernel
+beside a PyTorch computation satisfies must-launch: launch counting alone cannot tell).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class CorrectnessResult:
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
     launches: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 class Fail(Exception):
@@ -45,10 +51,26 @@ def _sizes(outputs) -> list[int]:
     return [tensor_bytes(t) for t in flatten(outputs) if isinstance(t, torch.Tensor)]
 
 
+def outputs_from_kernels(outputs, touched: list[tuple[int, int]]) -> bool | None:
+    """Whether any output tensor shares memory with a tensor a compiled kernel was handed or returned; None when
+    the compile helpers reported nothing (they do not track it) or there is no tensor output."""
+    if not touched:
+        return None
+    spans = []
+    for t in flatten(outputs):
+        if isinstance(t, torch.Tensor) and t.numel():
+            storage = t.untyped_storage()
+            spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    if not spans:
+        return None
+    return any(start < p + max(n, 1) and p < end for start, end in spans for p, n in touched)
+
+
 def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], policy, platform,
-                      seeds: list[int]) -> CorrectnessResult:
+                      seeds: list[int], after_call: Callable[[], None] | None = None) -> CorrectnessResult:
     res = CorrectnessResult("correct", "")
     checks = res.checks
+    provenance: list[bool | None] = []
 
     def run(model, inputs):
         with torch.no_grad():
@@ -59,7 +81,10 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
     def candidate_call(inputs, what: str):
         launches.reset()
         out = run(new_model, inputs)
+        if after_call is not None:
+            after_call()
         n = launches.total()
+        provenance.append(outputs_from_kernels(out, launches.touched()))
         for k, v in launches.snapshot().items():
             res.launches[k] = res.launches.get(k, 0) + v
         if n == 0:
@@ -111,6 +136,10 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
             raise Fail("incorrect", "ModelNew returns the same output for every input while the reference does not")
         checks.append({"name": "outputs change with inputs", "passed": True,
                        "detail": "yes" if ref_varies else "the reference itself does not vary (degenerate problem)"})
+        if provenance and all(p is False for p in provenance):
+            res.warnings.append("no output of ModelNew was written by a kernel it compiled (its outputs share no "
+                                "memory with any tensor its kernels were handed or returned): the kernel launches "
+                                "may be decorative while PyTorch computes the result [rule must-launch]")
     except Fail as f:
         res.status, res.reason = f.status, f.reason
         checks.append({"name": "failed", "passed": False, "detail": f.reason})

@@ -27,7 +27,9 @@ violations: list[str] = []
 _PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                    "os.forkpty", "pty.spawn", "os.startfile", "socket.connect", "socket.bind", "socket.__new__",
                    "ctypes.dlopen", "ctypes.dlsym", "sys.setprofile", "sys.settrace", "sys.addaudithook",
-                   "os.putenv", "os.kill", "os.killpg", "signal.pthread_kill")
+                   "os.putenv", "os.kill", "os.killpg", "signal.pthread_kill",
+                   # deserialising code: a crafted pickle (np.load / torch.load on a fake file) calls anything
+                   "pickle.find_class", "marshal.load", "code.__new__")
 _ALLOWED_PROC = ("/proc/self/stat", "/proc/self/status", "/proc/self/maps", "/proc/cpuinfo", "/proc/meminfo",
                  "/proc/self/cgroup", "/proc/self/mountinfo", "/proc/sys/", "/proc/stat")
 
@@ -87,8 +89,21 @@ def trusted():
         _state["trusted"] -= 1
 
 
-def snapshot_state() -> dict[str, object]:
-    """Identities and values a candidate must not change: timers, synchronization, precision settings."""
+@contextlib.contextmanager
+def untrusted():
+    """Candidate callables that our trusted code calls back (a Triton grid lambda) run guarded again."""
+    saved = _state["trusted"]
+    _state["trusted"] = 0
+    try:
+        yield
+    finally:
+        _state["trusted"] = saved
+
+
+def snapshot_state(identities: bool = True) -> dict[str, object]:
+    """Identities and values a candidate must not change: timers, synchronization, precision settings, global
+    interception points, and (unless `identities=False`, the cheap per-call variant) every attribute of torch and
+    of the harness by identity."""
     import time
 
     import torch
@@ -109,9 +124,99 @@ def snapshot_state() -> dict[str, object]:
     }
     if hasattr(torch, "mps"):
         snap["torch.mps.synchronize"] = getattr(torch.mps, "synchronize", None)
+    snap.update(_settings(torch))
+    snap.update(_interposition(torch))
+    if identities:
+        snap.update(_identities(torch))
     return snap
 
 
-def changed_state(before: dict[str, object]) -> list[str]:
-    after = snapshot_state()
-    return [k for k, v in before.items() if after.get(k) is not v and after.get(k) != v]
+_MISSING = object()
+
+
+def _read(fn):
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - a setting this torch build lacks is simply not compared
+        return _MISSING
+
+
+def _settings(torch) -> dict[str, object]:
+    """Global numerics settings (values): precision of matmuls/convolutions on every backend, autocast, default
+    device, determinism, threads. Left changed, they alter how the *reference* computes (precision drift)."""
+    b = torch.backends
+    reads = {
+        "torch.backends.fp32_precision": lambda: b.fp32_precision,
+        "cuda.matmul.fp32_precision": lambda: b.cuda.matmul.fp32_precision,
+        "cuda.matmul.allow_fp16_reduced_precision_reduction":
+            lambda: b.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "cuda.matmul.allow_bf16_reduced_precision_reduction":
+            lambda: b.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "cudnn.enabled": lambda: b.cudnn.enabled, "cudnn.deterministic": lambda: b.cudnn.deterministic,
+        "cudnn.fp32_precision": lambda: b.cudnn.fp32_precision,
+        "cudnn.conv.fp32_precision": lambda: b.cudnn.conv.fp32_precision,
+        "mkldnn.enabled": lambda: b.mkldnn.enabled, "mkldnn.fp32_precision": lambda: b.mkldnn.fp32_precision,
+        "mkldnn.matmul.fp32_precision": lambda: b.mkldnn.matmul.fp32_precision,
+        "mkldnn.conv.fp32_precision": lambda: b.mkldnn.conv.fp32_precision,
+        "mkldnn.rnn.fp32_precision": lambda: b.mkldnn.rnn.fp32_precision,
+        "mkldnn.allow_tf32": lambda: b.mkldnn.allow_tf32,
+        "nnpack.enabled": lambda: b.nnpack.enabled, "mha.fastpath": lambda: b.mha.get_fastpath_enabled(),
+        "autocast.cpu": lambda: torch.is_autocast_enabled("cpu"),
+        "autocast.cuda": lambda: torch.is_autocast_enabled("cuda"),
+        "autocast.cpu.dtype": lambda: torch.get_autocast_dtype("cpu"),
+        "default_device": lambda: str(torch.get_default_device()),
+        "deterministic_algorithms": lambda: torch.are_deterministic_algorithms_enabled(),
+        "interop_threads": lambda: torch.get_num_interop_threads(),
+    }
+    return {k: v for k, v in ((k, _read(fn)) for k, fn in reads.items()) if v is not _MISSING}
+
+
+def _interposition(torch) -> dict[str, object]:
+    """Ways to intercept *every* torch call or module call, the reference's and the harness's included: torch
+    function / dispatch modes left on the stack (a context entered in a suspended generator) and global module
+    hooks (torch.nn.modules.module.register_module_forward_hook and friends)."""
+    import torch.nn.modules.module as module_mod
+
+    snap: dict[str, object] = {
+        "torch function modes": _read(torch._C._len_torch_function_stack),
+        "torch dispatch modes": _read(torch._C._len_torch_dispatch_stack),
+    }
+    for name, value in vars(module_mod).items():
+        if name.startswith("_global_") and isinstance(value, dict):
+            snap[f"global module hooks ({name})"] = len(value)
+    return {k: v for k, v in snap.items() if v is not _MISSING}
+
+
+_IDENTITY_MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "math", "time",
+                     "builtins", "kforge_core.harness.compare", "kforge_core.harness.correctness",
+                     "kforge_core.harness.timing", "kforge_core.harness.loading", "kforge_core.harness.launches",
+                     "kforge_core.harness.run", "kforge_core.harness.guards", "kforge_core.harness.native",
+                     "kforge_core.tolerance", "kforge_core.platform", "platforms._ctypes_kernels")
+
+
+def _identities(torch) -> dict[str, object]:
+    """Every attribute of torch, its tensor and module classes, math/time/builtins and the harness's own modules,
+    by identity: whatever a candidate patches there (directly or through any alias) shows up as changed."""
+    snap: dict[str, object] = {}
+    spaces = [(name, sys.modules[name]) for name in _IDENTITY_MODULES if name in sys.modules]
+    spaces += [("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase),
+               ("torch.nn.Module", torch.nn.Module), ("torch.nn.Parameter", torch.nn.Parameter)]
+    for prefix, space in spaces:
+        for name, value in vars(space).items():
+            snap[f"id:{prefix}.{name}"] = value
+    return snap
+
+
+def changed_state(before: dict[str, object], identities: bool = True) -> list[str]:
+    after = snapshot_state(identities)
+    changed = []
+    for k, v in before.items():
+        if k.startswith("id:") and not identities:
+            continue
+        now = after.get(k, _MISSING)
+        if k.startswith("id:"):
+            if now is not v:
+                changed.append(k[3:])
+        elif now is not v and now != v:
+            changed.append(k)
+    return changed

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..build_cache import cached_build, digest
 from ..errors import CompileError
 from ..source_map import source_start_line, summarize_errors
-from . import context, guards, launches
+from . import context, guards, launches, native
 
 _original = None
 
@@ -32,7 +32,11 @@ class TrackedExtension:
         if callable(value) and not attr.startswith("_"):
             def launch(*args, **kwargs):
                 launches.record(f"{self._name}.{attr}")
-                return value(*args, **kwargs)
+                result = value(*args, **kwargs)
+                for t in (*args, *kwargs.values(), *(result if isinstance(result, (list, tuple)) else (result,))):
+                    if hasattr(t, "data_ptr"):
+                        launches.touch(t)
+                return result
 
             return launch
         return value
@@ -82,6 +86,21 @@ def _map_build_error(message: str, build_dir: Path, sources: list[str]) -> str:
     return summary, "\n".join(lines)
 
 
+def _cuda_arch_tag(cuda_source: str) -> str:
+    """CUDA builds hold machine code for the architectures torch compiled for: part of the cache key."""
+    import os
+
+    import torch
+
+    if not cuda_source:
+        return ""
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"{arch_list}|sm_{major}{minor}"
+    return arch_list
+
+
 def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
                        extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None, build_directory=None,
                        verbose=False, with_cuda=None, is_python_module=True, with_pytorch_error_handling=True,
@@ -89,8 +108,16 @@ def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, ext
     import torch
 
     cpp, cuda = _as_text(cpp_sources), _as_text(cuda_sources)
+    # the exact text, names and flags torch will compile (other *_sources keywords, e.g. SYCL, are vetted too)
+    extra_sources = [_as_text(v) for k, v in kwargs.items() if k.endswith("_sources")]
+    native.vet_source("load_inline", cpp, cuda, *extra_sources)
+    native.vet_names("load_inline", functions)
+    native.vet_flags("load_inline", extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                     extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
+                     **{k: v for k, v in kwargs.items() if k.startswith("extra_") and k.endswith("flags")})
     key = digest(name, cpp, cuda, repr(functions), repr(extra_cflags), repr(extra_cuda_cflags), repr(extra_ldflags),
-                 repr(extra_include_paths), repr(with_cuda), torch.__version__, str(torch.version.cuda))
+                 repr(extra_include_paths), repr(with_cuda), torch.__version__, str(torch.version.cuda),
+                 _cuda_arch_tag(cuda), repr(sorted(kwargs.items())))
     module_name = f"{re.sub(r'[^A-Za-z0-9_]', '_', str(name))}_{key[:12]}"
     start = time.perf_counter()
 
@@ -108,6 +135,7 @@ def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, ext
 
     directory, cached = cached_build("load_inline", key, build)
     launches.record_build("load_inline", key, cached, time.perf_counter() - start)
+    native.vet_binary("load_inline", directory / f"{module_name}.so")
     with guards.trusted():
         module = _import_extension(module_name, directory / f"{module_name}.so")
     return TrackedExtension(module, str(name))

@@ -16,7 +16,7 @@ from ..errors import CompileError
 from ..platform import get_platform
 from ..rules import check_candidate
 from ..tolerance import get_policy
-from . import context, guards
+from . import context, guards, launches
 from .compare import compare_outputs, describe, flatten, tensors_equal
 from .correctness import check_correctness
 from .loading import (CandidateShapeError, candidate_class, check_inputs, clone, import_file, size_overrides,
@@ -94,6 +94,7 @@ def _reference_checks(ref_model, make_inputs, platform) -> tuple[list[str], list
 
 def run(request: dict, workdir: Path) -> dict:
     platform = get_platform(request["target"])
+    context.request = dict(request)
     with guards.trusted():
         platform.prepare_child()
     timer = platform.make_timer()  # binds the clock now, before any problem or candidate code exists
@@ -128,38 +129,50 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
                         checks=[{"name": v.rule, "passed": False, "detail": str(v)} for v in violations])
 
     context.set_candidate(cand_path)
+    # What the candidate must leave as it found it, taken after the problem's own imports (a problem may set
+    # torch flags legitimately) and right before the first line of candidate code runs.
+    state.update(guards.snapshot_state())
     build_start = time.perf_counter()
     try:
         cand_module = import_file(cand_path, "kforge_candidate")
         cls = candidate_class(cand_module)
-        new_model = _seeded(platform, 0, lambda: cls(*init)).to(platform.device())
+        # its own copy of the init arguments: tensors among them are shared with the reference's constructor
+        new_model = _seeded(platform, 0, lambda: cls(*clone(init))).to(platform.device())
     except CompileError as e:
-        return _verdict("compile_error", str(e), compile_log=e.log, **base)
+        return _verdict("compile_error", str(e), compile_log=e.log, builds=list(launches.builds), **base)
     except guards.GuardViolation as e:
         return _verdict("rejected", str(e), **base)
     except CandidateShapeError as e:
         return _verdict("runtime_error", str(e), **base)
-    except Exception as e:  # noqa: BLE001
+    except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
         return _verdict("runtime_error", _describe_exception("loading the candidate", e, str(cand_path)), **base)
     base["build_s"] = time.perf_counter() - build_start
+    base["builds"] = launches.builds
+    rejected = _guard_findings(state)  # hooks, modes, patches installed at import time
+    if rejected:
+        return _verdict("rejected", rejected, **base)
     _copy_matching_weights(ref_model, new_model)
     new_model.train(ref_model.training)
 
     policy = get_policy(request.get("tolerance", "default"))
     base["tolerance"] = policy.to_dict()
-    seeds = list(range(1, 1 + int(request.get("seeds", 5))))
+    # Seeds the candidate cannot predict (nothing can be precomputed for them); recorded in the checks.
+    first_seed = random.SystemRandom().randrange(1 << 20, 1 << 40)
+    seeds = list(range(first_seed, first_seed + int(request.get("seeds", 5))))
     try:
-        res = check_correctness(ref_model, new_model, make_inputs, policy, platform, seeds)
+        res = check_correctness(ref_model, new_model, make_inputs, policy, platform, seeds,
+                                after_call=lambda: _raise_guard_findings(state))
     except CompileError as e:
         return _verdict("compile_error", str(e), compile_log=e.log, **base)
     except guards.GuardViolation as e:
         return _verdict("rejected", str(e), **base)
     except ProblemFailure:
         raise
-    except Exception as e:  # noqa: BLE001
+    except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
         return _verdict("runtime_error", _describe_exception("ModelNew.forward", e, str(cand_path)), **base)
     base.update(checks=res.checks, max_abs_error=res.max_abs_error, max_rel_error=res.max_rel_error,
                 kernel_launches=res.launches)
+    base["warnings"].extend(res.warnings)
     rejected = _guard_findings(state)
     if rejected:
         return _verdict("rejected", rejected, **base)
@@ -167,10 +180,12 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
         return _verdict(res.status, res.reason, **base)
     if request.get("timing", True):
         try:
-            timing = _time(request, ref_model, new_model, make_inputs, platform, timer)
+            timing = _time(request, ref_model, new_model, make_inputs, platform, timer, state)
         except guards.GuardViolation as e:
             return _verdict("rejected", str(e), **base)
-        except Exception as e:  # noqa: BLE001
+        except TimingFailure as e:
+            return _verdict(e.status, e.reason, **base)
+        except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
             return _verdict("runtime_error", _describe_exception("timing ModelNew", e, str(cand_path)), **base)
         if "failure" in timing:
             return _verdict(timing["failure"][0], timing["failure"][1], **base)
@@ -193,13 +208,29 @@ def _copy_matching_weights(ref_model, new_model) -> None:
             new_model.load_state_dict(ref_sd)
 
 
-def _guard_findings(state: dict) -> str:
+def _guard_findings(state: dict, identities: bool = True) -> str:
     if guards.violations:
-        return f"{guards.violations[0]} [rule no-threads / sandbox]"
-    changed = guards.changed_state(state)
+        v = guards.violations[0]
+        return v if "[rule " in v else f"{v} [rule no-threads / sandbox]"
+    changed = guards.changed_state(state, identities)
     if changed:
-        return f"candidate changed {', '.join(changed)} (patched timers or torch settings) [rule no-patching]"
+        more = f" (+{len(changed) - 8} more)" if len(changed) > 8 else ""
+        return f"candidate changed {', '.join(changed[:8])}{more} (patched functions, hooks, modes or torch " \
+               f"settings left behind) [rule no-patching]"
     return ""
+
+
+def _raise_guard_findings(state: dict, identities: bool = True) -> None:
+    """After each candidate call, before the harness computes anything with torch again."""
+    found = _guard_findings(state, identities)
+    if found:
+        raise guards.GuardViolation(found)
+
+
+class TimingFailure(Exception):
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
 
 
 def _describe_exception(where: str, e: BaseException, cand_file: str) -> str:
@@ -208,12 +239,18 @@ def _describe_exception(where: str, e: BaseException, cand_file: str) -> str:
     frames = candidate_frames(e, cand_file)
     msg = str(e).strip().splitlines()
     text = f"{where} raised {type(e).__name__}: {msg[0][:400] if msg else ''}"
+    if isinstance(e, MemoryError) or any(s in str(e) for s in ("can't allocate memory", "Cannot allocate memory",
+                                                                "out of memory")):
+        text += " — it ran out of memory (the evaluation's memory limit)"
+    if isinstance(e, SystemExit):
+        text += " — candidate code may not exit the evaluation"
     return f"{text} ({frames})" if frames else text
 
 
-def _time(request: dict, ref_model, new_model, make_inputs, platform, timer) -> dict:
+def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, state: dict) -> dict:
     opts = TimingOptions(**request.get("timing_options", {}))
     rng = random.Random()
+    policy = get_policy(request.get("tolerance", "default"))
     models = {"candidate": new_model, "eager": ref_model}
     out: dict = {"warnings": []}
     if request.get("baselines", True):
@@ -224,24 +261,37 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer) -> 
             out["torch_compile_s"] = compile_s
         else:
             out["warnings"].append(err)
-    summaries, last = time_models(models, make_inputs, platform, timer, opts, rng)
+        state.update(guards.snapshot_state())  # torch.compile is ours; no candidate code ran since the last check
+
+    def verify(what: str, inputs, pristine, outputs: dict, launched: dict) -> None:
+        """Outside the timed region, after every warm-up and timed call: the candidate's timed behaviour must be
+        the checked behaviour (warm-up detection, result caching, lazy outputs, left-behind state)."""
+        if "candidate" not in outputs:
+            return
+        _raise_guard_findings(state, identities=False)
+        if launched.get("candidate", 0) == 0:
+            raise TimingFailure("rejected", f"ModelNew ran no kernel it compiled in {what} (it skipped its kernels "
+                                            f"once timing started: cached or precomputed results?) [rule must-launch]")
+        if not tensors_equal(inputs, pristine):
+            raise TimingFailure("incorrect", f"ModelNew modified its inputs in {what} [rule no-input-mutation]")
+        if "eager" in outputs:
+            c = compare_outputs(outputs["candidate"], outputs["eager"], policy)
+            if not c.passed:
+                raise TimingFailure("incorrect", f"the output of {what} is wrong (behaviour changed once timing "
+                                                 f"started: warm-up detection, caching or lazy outputs): {c.detail}")
+
+    summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
+    _raise_guard_findings(state)  # the full check (every patched function), once timing is over
     out.update({name: summaries.get(name) for name in ("candidate", "eager", "compiled")})
-    # The output of the candidate's last *timed* call must be right too (warm-up detection, lazy outputs).
-    idx, got = last["candidate"]
-    with torch.no_grad():
-        want = ref_model(*clone(last["sets"][idx]))
-    c = compare_outputs(got, want, get_policy(request.get("tolerance", "default")))
-    if not c.passed:
-        out["failure"] = ("incorrect", f"the output of a timed call is wrong (behaviour changed after warm-up): "
-                                       f"{c.detail}")
-        return out
     eager_ms = summaries["eager"]["median_ms"]
     if eager_ms < platform.tiny_problem_ms:
         out["warnings"].append(f"the reference runs in {eager_ms * 1000:.1f} µs: launch and call overhead dominate, "
                                f"speedups here say little about kernel quality")
     from ..roofline import roofline
 
-    out["roofline"] = roofline(ref_model, make_inputs(0), summaries["candidate"]["median_ms"], platform)
+    with guards.trusted():  # FLOP counting imports torch._dynamo lazily, which sets os.environ (audited)
+        out["roofline"] = roofline(ref_model, make_inputs(0), summaries["candidate"]["median_ms"], platform)
+    state.update(guards.snapshot_state())  # lazy imports of ours (flop counter, dynamo) may rebind torch names
     if out["roofline"].get("suspicious"):
         out["warnings"].append(out["roofline"]["suspicious"])
     return out
@@ -253,7 +303,7 @@ def _profile(platform, new_model, make_inputs) -> dict | None:
     inputs = make_inputs(0)
 
     def call():
-        with torch.no_grad():
+        with guards.untrusted(), torch.no_grad():  # candidate code stays guarded inside the trusted profiler
             new_model(*inputs)
 
     try:

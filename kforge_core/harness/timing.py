@@ -1,8 +1,15 @@
-"""Timing protocol: warm-up (of varying length), then interleaved trials over rotating inputs, a cache flush
-outside the timed region before every trial, a device-wide synchronize before the end timestamp, and the median.
+"""Timing protocol: warm-up (of varying length), then interleaved trials, each on freshly generated inputs, a cache
+flush outside the timed region before every call, a device-wide synchronize before the end timestamp, and the median.
 
 Candidate, eager reference and torch.compile reference are timed in the same run, interleaved trial by trial so
-that drift (thermal, other load) hits all three alike. The timer's clock was bound before candidate import.
+that drift (thermal, other load) hits all three alike, on the same inputs within a trial. The timer's clock was
+bound before candidate import.
+
+Every trial gets new input values from a seed the candidate cannot predict: a result cached by address, version,
+shape or content (or precomputed for known seeds) never hits, so a timed call has to do the work. After each
+trial, outside the timed region, `verify` sees the inputs (and a pristine copy), every model's output and how many
+compiled kernels each call launched: the caller checks the candidate's output against the eager reference's on the
+same inputs (warm-up detection: every timed call is checked, not only the last), must-launch, and input mutation.
 """
 
 from __future__ import annotations
@@ -11,19 +18,21 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-from .loading import clone, tensor_bytes
+from . import launches
+from .loading import clone
 
 
 @dataclass
 class TimingOptions:
     min_trials: int = 10
     max_trials: int = 100
-    budget_s: float = 2.0  # wall time for all timed trials of all models together
-    rotating_sets: int = 4  # input sets cycled through; capped so they fit in `rotating_bytes_max`
-    rotating_bytes_max: int = 1 << 30
+    budget_s: float = 2.0  # wall time for all trials of all models together (generation and checks included)
+    rotating_sets: int = 4  # unused: every trial now gets freshly generated inputs (kept for old option dicts)
+    rotating_bytes_max: int = 1 << 30  # unused, as above
 
 
 def summarize(samples: list[float]) -> dict:
@@ -31,13 +40,15 @@ def summarize(samples: list[float]) -> dict:
             "trials": len(samples)}
 
 
+# verify(what, inputs, pristine, outputs, launched): raise to stop timing
+Verify = Callable[[str, list, list, dict, dict], None]
+
+
 def time_models(models: dict[str, object], make_inputs, platform, timer, opts: TimingOptions,
-                rng: random.Random) -> tuple[dict[str, dict], dict[str, object]]:
-    """Returns ({name: summary}, {name: (inputs_index, last_output)}) — the last outputs are checked afterwards."""
-    first = make_inputs(10_000)
-    per_set = max(1, tensor_bytes(first))
-    n_sets = max(1, min(opts.rotating_sets, opts.rotating_bytes_max // per_set))
-    input_sets = [first] + [make_inputs(10_001 + i) for i in range(n_sets - 1)]
+                rng: random.Random, seed_base: int | None = None, verify: Verify | None = None) -> dict[str, dict]:
+    """Returns {name: summary}. `models` is called in its order within a trial (the candidate first)."""
+    if seed_base is None:
+        seed_base = rng.randrange(1 << 30, 1 << 62)
 
     def call(model, inputs):
         with torch.no_grad():
@@ -46,23 +57,32 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
     # Warm-up: a varying number of calls so a candidate cannot count its way into "timed" behaviour.
     for name, model in models.items():
         for i in range(rng.randint(3, 7)):
-            call(model, input_sets[i % n_sets])
-        platform.synchronize()
+            inputs = make_inputs(seed_base + i)
+            pristine = clone(inputs) if verify else None
+            launches.reset()
+            out = call(model, inputs)
+            platform.synchronize()
+            if verify:
+                verify(f"warm-up call {i + 1} of {name}", inputs, pristine, {name: out}, {name: launches.total()})
 
     samples: dict[str, list[float]] = {name: [] for name in models}
-    last: dict[str, object] = {}
     deadline = time.monotonic() + opts.budget_s
     trial = 0
     while trial < opts.max_trials and (trial < opts.min_trials or time.monotonic() < deadline):
-        idx = trial % n_sets
+        inputs = make_inputs(seed_base + 100 + trial)
+        pristine = clone(inputs) if verify else None
+        outputs: dict[str, object] = {}
+        launched: dict[str, int] = {}
         for name, model in models.items():
-            inputs = input_sets[idx]
             platform.flush_cache()
+            launches.reset()
             box = []
             samples[name].append(timer.time_ms(lambda: box.append(call(model, inputs))))
-            last[name] = (idx, box[0])
+            outputs[name], launched[name] = box[0], launches.total()
+        if verify:
+            verify(f"timed call {trial + 1}", inputs, pristine, outputs, launched)
         trial += 1
-    return {name: summarize(s) for name, s in samples.items()}, {"sets": input_sets, **last}
+    return {name: summarize(s) for name, s in samples.items()}
 
 
 def compile_baseline(ref_model, example_inputs, platform) -> tuple[object | None, float | None, str | None]:

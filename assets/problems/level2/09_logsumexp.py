@@ -11,7 +11,7 @@ batch_size = 32768
 dim = 32768
 scale = 2.0
 
-CPU_SIZES = {"batch_size": 512, "dim": 8192}
+CPU_SIZES = {"batch_size": 640, "dim": 8192}
 
 
 class Model(nn.Module):

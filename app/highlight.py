@@ -1,0 +1,74 @@
+"""Syntax highlighting with pygments (server-side, so the same colours everywhere) and kernel-source extraction.
+
+Programs are Python (a `ModelNew` module); the kernels they build usually sit in string literals, shown separately
+with the target's `kernel_language` lexer so C++/CUDA reads as C++/CUDA rather than as one long Python string.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import html
+
+from pygments import highlight as _highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
+
+CSS_CLASS = "kf-code"
+PYGMENTS_STYLE = "friendly"
+
+# A string literal is shown as kernel source when it has several lines and looks like C-family code.
+_KERNEL_MARKERS = ("#include", "__global__", "extern \"C\"", "kernel void", "#pragma", "__device__", "template <",
+                   "@triton.jit", "tl.load(")
+_MIN_KERNEL_LINES = 3
+
+
+def style_css() -> str:
+    """The pygments colours for `.kf-code` blocks (injected once per page)."""
+    return HtmlFormatter(style=PYGMENTS_STYLE, cssclass=CSS_CLASS).get_style_defs(f".{CSS_CLASS}")
+
+
+@functools.lru_cache(maxsize=256)
+def to_html(code: str, language: str = "python", line_numbers: bool = True, first_line: int = 1) -> str:
+    """`code` as highlighted HTML. An unknown language falls back to plain text rather than failing."""
+    try:
+        lexer = get_lexer_by_name(language or "text", stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        lexer = get_lexer_by_name("text", stripnl=False)
+    formatter = HtmlFormatter(style=PYGMENTS_STYLE, cssclass=CSS_CLASS, linenos="inline" if line_numbers else False,
+                              linenostart=first_line, wrapcode=True)
+    return _highlight(code, lexer, formatter)
+
+
+def plain_html(text: str) -> str:
+    """Preformatted text (logs) in the same frame as code, escaped."""
+    return f'<div class="{CSS_CLASS} kf-log"><pre>{html.escape(text)}</pre></div>'
+
+
+def kernel_sources(program: str) -> list[tuple[str, int, str]]:
+    """[(name, first line in the program, source)] of the kernel sources embedded as string literals.
+
+    The name is the variable the literal is assigned to (`SOURCE`, `cuda_src`), else "kernel source". A program
+    that does not parse yields [] (its compile error is shown elsewhere)."""
+    try:
+        tree = ast.parse(program)
+    except SyntaxError:
+        return []
+    names: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    names[id(node.value)] = t.id
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if text.count("\n") + 1 >= _MIN_KERNEL_LINES and any(m in text for m in _KERNEL_MARKERS):
+                # The literal's first line is the opening quote's line; a leading newline starts the code one later.
+                first = node.lineno + (1 if text.startswith("\n") else 0)
+                found.append((names.get(id(node), "kernel source"), first, text.strip("\n")))
+    found.sort(key=lambda item: item[1])
+    return found

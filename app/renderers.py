@@ -1,0 +1,363 @@
+"""One renderer per event kind, shared by live and stored runs.
+
+A renderer draws one event into the current Streamlit container. The run view decides *where* (an iteration's tab,
+the activity log, the "writing now" box); the renderer decides *how*. A kind without a renderer here is shown as
+its raw JSON, so a new event kind from the loop is visible before anyone writes its renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from kforge_core.store import EventKind
+
+from .formatting import fmt_ms, fmt_tokens, fmt_when, fmt_x, run_badge, verdict_badge
+from .highlight import kernel_sources, plain_html, to_html
+from .run_state import RunState
+
+TABS = ("Program", "Diff", "Result", "Profile", "Analysis", "Model I/O")
+EMPTY = {
+    "Program": "No program yet.",
+    "Diff": "No diff: this is the first program of the run, or the iteration produced none.",
+    "Result": "No result yet: the program is still being generated or evaluated.",
+    "Profile": "No profile for this iteration (only correct programs are profiled, on targets with a profiler).",
+    "Analysis": "No recommendations for this iteration (the analysis agent runs after a profiled, correct program).",
+    "Model I/O": "No prompt or model output recorded for this iteration.",
+}
+TAIL_CHARS = 4000  # how much of a stream the "writing now" box shows
+
+
+@dataclass
+class RenderContext:
+    state: RunState
+    kernel_language: str = "cpp"
+    compact: bool = False  # the one-line form (activity log) or the tail only (writing box)
+
+
+@dataclass(frozen=True)
+class Renderer:
+    fn: Callable[[dict, RenderContext], None]
+    tab: str | None  # the iteration tab it draws into; None: the activity log
+    order: int  # position inside the tab (lower first), then seq
+
+
+RENDERERS: dict[str, Renderer] = {}
+
+
+def renders(kind: str, tab: str | None = None, order: int = 50):
+    def register(fn: Callable[[dict, RenderContext], None]):
+        RENDERERS[str(kind)] = Renderer(fn, tab, order)
+        return fn
+    return register
+
+
+def render(event: dict, ctx: RenderContext) -> None:
+    renderer = RENDERERS.get(event["kind"])
+    if renderer is None:
+        st.caption(f"{event['kind']} (no renderer yet)")
+        st.json(event.get("data") or {}, expanded=False)
+        return
+    renderer.fn(event, ctx)
+
+
+def tab_of(event: dict) -> str:
+    renderer = RENDERERS.get(event["kind"])
+    return renderer.tab if renderer is not None and renderer.tab else "Result"
+
+
+def order_of(event: dict) -> int:
+    renderer = RENDERERS.get(event["kind"])
+    return renderer.order if renderer is not None else 99
+
+
+def _html(fragment: str) -> None:
+    st.html(fragment)
+
+
+def _num(value: Any, fmt: str = "{:.3g}") -> str:
+    return "—" if value is None or isinstance(value, str) else fmt.format(value)
+
+
+# --------------------------------------------------------------------------------------------------- iteration tabs
+
+@renders(EventKind.PROGRAM_EXTRACTED, tab="Program", order=10)
+def program_extracted(event: dict, ctx: RenderContext) -> None:
+    data = event["data"]
+    code = data.get("code") or ""
+    if data.get("notes"):
+        st.caption(data["notes"])
+    kernels = kernel_sources(code)
+    st.markdown(f"**Program** (Python{', with ' + str(len(kernels)) + ' kernel source' + ('s' if len(kernels) > 1 else '') if kernels else ''})")
+    _html(to_html(code, data.get("language") or "python"))
+    for name, first_line, source in kernels:
+        st.markdown(f"**Kernel source** `{name}` ({ctx.kernel_language}, program lines {first_line}–"
+                    f"{first_line + source.count(chr(10))})")
+        _html(to_html(source, ctx.kernel_language, first_line=first_line))
+    index = event.get("iteration")
+    st.download_button("Download this program", code, file_name=f"iteration_{index}.py", mime="text/x-python",
+                       key=f"dl-{event['seq']}", icon=":material/download:", on_click="ignore")
+
+
+@renders(EventKind.PROGRAM_MISSING, tab="Result", order=5)
+def program_missing(event: dict, ctx: RenderContext) -> None:
+    data = event["data"]
+    st.warning(f"No program in the model's reply: {data.get('error') or 'no code block found'}",
+               icon=":material/code_off:")
+    if data.get("reply_excerpt"):
+        st.caption("Excerpt of the reply")
+        _html(plain_html(data["reply_excerpt"]))
+
+
+@renders(EventKind.DIFF, tab="Diff", order=10)
+def diff(event: dict, ctx: RenderContext) -> None:
+    data = event["data"]
+    text = data.get("unified_diff") or ""
+    against = data.get("against_iteration")
+    st.caption(f"Changes against iteration #{against}" if against is not None else "Changes against the previous program")
+    if not text.strip():
+        st.info("Identical to the previous program.")
+        return
+    added = sum(1 for line in text.splitlines() if line.startswith("+") and not line.startswith("+++"))
+    removed = sum(1 for line in text.splitlines() if line.startswith("-") and not line.startswith("---"))
+    st.markdown(f":green[+{added}] :red[−{removed}] lines")
+    _html(to_html(text, "diff", line_numbers=False))
+
+
+@renders(EventKind.VERDICT, tab="Result", order=10)
+def verdict(event: dict, ctx: RenderContext) -> None:
+    v = event["data"].get("verdict") or {}
+    st.markdown(f"{verdict_badge(v.get('status'))} {v.get('reason') or ''}")
+    facts = []
+    if v.get("max_abs_error") is not None:
+        facts.append(f"max abs error {_num(v['max_abs_error'])}")
+    if v.get("max_rel_error") is not None:
+        facts.append(f"max rel error {_num(v['max_rel_error'])}")
+    tol = v.get("tolerance") or {}
+    if tol.get("name"):
+        facts.append(f"tolerance policy `{tol['name']}`")
+    if v.get("build_s") is not None:
+        facts.append(f"build {v['build_s']:.2f} s")
+    if v.get("wall_s") is not None:
+        facts.append(f"evaluation {v['wall_s']:.1f} s")
+    if v.get("device"):
+        facts.append(f"on {v['device']}")
+    if facts:
+        st.caption(" · ".join(facts))
+    for warning in v.get("warnings") or []:
+        st.warning(warning, icon=":material/warning:")
+    roof = v.get("roofline") or {}
+    if roof.get("suspicious"):
+        st.error(roof["suspicious"], icon=":material/report:")
+    checks = v.get("checks") or []
+    if checks:
+        st.dataframe([{"check": c.get("name"), "passed": bool(c.get("passed")), "detail": c.get("detail", "")}
+                      for c in checks], hide_index=True, width="stretch")
+    if v.get("kernel_launches"):
+        st.caption("Kernel launches per forward: " + ", ".join(f"`{k}` × {n}" for k, n in v["kernel_launches"].items()))
+    if v.get("log_tail"):
+        with st.expander("What the program printed (last lines)"):
+            _html(plain_html(v["log_tail"]))
+
+
+@renders(EventKind.TIMINGS, tab="Result", order=20)
+def timings(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    cols = st.columns(5)
+    cols[0].metric("Program", fmt_ms(d.get("candidate_ms")))
+    cols[1].metric("Eager PyTorch", fmt_ms(d.get("eager_ms")))
+    cols[2].metric("torch.compile", fmt_ms(d.get("compiled_ms")))
+    cols[3].metric("Speedup vs eager", fmt_x(d.get("speedup_vs_eager")))
+    cols[4].metric("Speedup vs compile", fmt_x(d.get("speedup_vs_compiled")))
+    if d.get("torch_compile_s") is not None:
+        st.caption(f"torch.compile took {d['torch_compile_s']:.1f} s to build the baseline (not part of its time).")
+
+
+@renders(EventKind.COMPILE_LOG, tab="Result", order=30)
+def compile_log(event: dict, ctx: RenderContext) -> None:
+    log = event["data"].get("log") or ""
+    if not log.strip():
+        return
+    st.markdown("**Compiler output** (line numbers are the program's own)")
+    _html(plain_html(log))
+
+
+@renders(EventKind.ERROR, tab="Result", order=40)
+def error(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    where = f" ({d['where']})" if d.get("where") else ""
+    if ctx.compact:
+        st.markdown(f":red[:material/error: error{where}:] {d.get('message', '')}")
+    else:
+        st.error(f"{d.get('message', 'error')}{where}", icon=":material/error:")
+
+
+@renders(EventKind.PROFILE, tab="Profile", order=10)
+def profile(event: dict, ctx: RenderContext) -> None:
+    prof = event["data"].get("profile") or {}
+    roof = event["data"].get("roofline") or {}
+    if prof:
+        st.markdown(f"**Profile** from {prof.get('tool', 'the profiler')} on {prof.get('device', 'the device')}: "
+                    f"{fmt_ms(prof.get('per_forward_ms'))} per forward, custom kernels "
+                    f"{100 * (prof.get('custom_share') or 0):.0f}% of the time, "
+                    f"{_num(prof.get('launches_per_forward'), '{:.3g}')} custom launches per forward")
+        rows = [{"kernel / op": k.get("name"), "custom": bool(k.get("custom")),
+                 "share %": round(100 * (k.get("share") or 0), 1), "ms / forward": k.get("ms_per_forward"),
+                 "calls / forward": k.get("calls_per_forward")} for k in prof.get("kernels") or []]
+        if rows:
+            st.dataframe(rows, hide_index=True, width="stretch", column_config={
+                "share %": st.column_config.ProgressColumn("share", format="%.1f%%", min_value=0, max_value=100),
+                "ms / forward": st.column_config.NumberColumn(format="%.4f"),
+                "calls / forward": st.column_config.NumberColumn(format="%.2f")})
+        for note in prof.get("notes") or []:
+            st.caption(f"• {note}")
+    if roof:
+        bound = roof.get("bound") or "unknown"
+        pct = roof.get("pct_of_roofline")
+        st.markdown(f"**Roofline**: {bound}-bound; floor {fmt_ms(roof.get('floor_ms'))} at the measured ceilings "
+                    f"({_num(roof.get('bandwidth_gbs'), '{:.1f}')} GB/s, {_num(roof.get('fp32_tflops'), '{:.2f}')} "
+                    f"TFLOP/s fp32); this program reaches {_num(pct, '{:.0f}')}% of it")
+        st.caption(f"moves at least {_num(roof.get('bytes'), '{:,}')} bytes, {_num(roof.get('flops'), '{:,}')} FLOPs "
+                   "(unknown stays unknown: ceilings are measured, never guessed)")
+        if roof.get("suspicious"):
+            st.error(roof["suspicious"], icon=":material/report:")
+
+
+@renders(EventKind.RECOMMENDATIONS, tab="Analysis", order=10)
+def recommendations(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    about = (f" of iteration #{d['analyzed_iteration']}" if d.get("analyzed_iteration") is not None else "")
+    st.caption(f"Performance analysis{about} by {d.get('agent_label') or 'the analysis agent'}; these "
+               "recommendations guided this iteration's program.")
+    if d.get("notes"):
+        st.caption(d["notes"])
+    recs = d.get("recommendations") or []
+    for n, rec in enumerate(recs, 1):
+        with st.container(border=True):
+            gain = f" :blue-badge[{rec['expected_gain']}]" if rec.get("expected_gain") else ""
+            move = f" :gray-badge[{rec['move']}]" if rec.get("move") else ""
+            st.markdown(f"**{n}. {rec.get('title', '')}**{gain}{move}")
+            if rec.get("change"):
+                st.markdown(rec["change"])
+            if rec.get("why"):
+                st.caption(f"Why: {rec['why']}")
+    if not recs:
+        st.info("The analysis agent made no recommendation.")
+    if d.get("text"):
+        with st.expander("The analysis in full"):
+            st.markdown(d["text"])
+
+
+@renders(EventKind.PROMPT_SENT, tab="Model I/O", order=10)
+def prompt_sent(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    messages = d.get("messages") or []
+    st.markdown(f"**Prompt to the {d.get('agent', '')} agent** · `{d.get('model') or 'built-in'}` · "
+                f"{len(messages)} message{'s' if len(messages) != 1 else ''}")
+    for m in messages:
+        content = m.get("content")
+        images = 0
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "text":
+                    texts.append(part.get("text", ""))
+                elif isinstance(part, dict):
+                    images += 1
+            content = "\n\n".join(texts)
+        text = str(content or "")
+        label = f"{m.get('role', '?')} · {len(text):,} characters" + (f" · {images} image(s)" if images else "")
+        with st.expander(label):
+            _html(plain_html(text))
+
+
+@renders(EventKind.TOKENS, tab="Model I/O", order=20)
+def tokens(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    text = d.get("text") or ""
+    agent = d.get("agent") or "generation"
+    if ctx.compact:
+        tail = text[-TAIL_CHARS:]
+        if len(text) > len(tail):
+            tail = "…" + tail[tail.find("\n") + 1:]
+        _html(plain_html(tail).replace('class="kf-code kf-log"', 'class="kf-code kf-log kf-stream"'))
+        return
+    st.markdown(f"**Output of the {agent} agent** ({len(text):,} characters, as streamed)")
+    _html(plain_html(text))
+
+
+# --------------------------------------------------------------------------------------------------- activity log
+
+def _line(event: dict, text: str) -> None:
+    st.markdown(f"<span class='kf-when'>{fmt_when(event.get('ts'))}</span> {text}", unsafe_allow_html=True)
+
+
+@renders(EventKind.RUN_CREATED)
+def run_created(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    who = f"`{d['model']}`" if d.get("model") else "the built-in synthesizer" if d.get("agent") == "builtin" \
+        else "LLM agents"
+    _line(event, f"Run created: **{d.get('problem_name')}** on `{d.get('target')}` with {who}")
+
+
+@renders(EventKind.PASS_STARTED)
+def pass_started(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    _line(event, f"**{str(d.get('pass', '')).capitalize()} pass** started (up to {d.get('max_iterations', '?')} "
+                 "iterations)")
+
+
+@renders(EventKind.ITERATION_FINISHED)
+def iteration_finished(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    speed = f" · {fmt_x(d['speedup_vs_eager'])} vs eager" if d.get("speedup_vs_eager") is not None else ""
+    reason = d.get("reason") or ""
+    if len(reason) > 140:
+        reason = reason[:139] + "…"
+    _line(event, f"#{d.get('index')} {verdict_badge(d.get('status'))}{speed} {reason}")
+
+
+@renders(EventKind.BEST_UPDATED)
+def best_updated(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    _line(event, f":green[:material/trophy:] New best: #{d.get('iteration')} at {fmt_ms(d.get('candidate_ms'))} "
+                 f"({fmt_x(d.get('speedup_vs_eager'))} vs eager, {fmt_x(d.get('speedup_vs_compiled'))} vs compile)")
+
+
+@renders(EventKind.USAGE, tab="Model I/O", order=30)
+def usage(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    _line(event, f"Tokens: +{fmt_tokens(d.get('prompt_tokens'))} prompt, +{fmt_tokens(d.get('completion_tokens'))} "
+                 "completion")
+
+
+@renders(EventKind.RUN_FINISHED)
+def run_finished(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    best = (f"; best #{d['best_iteration']} at {fmt_x(d.get('best_speedup_vs_eager'))} vs eager"
+            if d.get("best_iteration") is not None else "; no correct program")
+    err = f" — {d['error']}" if d.get("error") else ""
+    _line(event, f"Run finished {run_badge(d.get('status'))}{best}{err}")
+
+
+@renders(EventKind.RUN_INTERRUPTED)
+def run_interrupted(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    why = {"worker_dead": f"its worker process {d.get('worker_pid')} is gone",
+           "heartbeat_stale": "its worker stopped reporting"}.get(d.get("reason"), d.get("reason"))
+    _line(event, f"{run_badge('interrupted')} {why}; it can be resumed")
+
+
+@renders(EventKind.RUN_RESUMED)
+def run_resumed(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    where = f"after iteration #{d['from_iteration']}" if d.get("from_iteration") is not None else "from the start"
+    _line(event, f"Resumed {where} (was {d.get('previous_status')})")
+
+
+@renders(EventKind.CANCEL_REQUESTED)
+def cancel_requested(event: dict, ctx: RenderContext) -> None:
+    _line(event, "Cancel requested; the worker stops after the current step")

@@ -1,0 +1,150 @@
+"""Time to verdict on the GPU targets: full `evaluate()` calls (child start to verdict: all seeds, timing, and by
+default the eager + torch.compile baselines), median of --runs, for
+
+  (a)  NVRTC candidate, cold compile   platforms/examples/cuda/candidate.py, a unique token in its kernel source
+  (a') NVRTC candidate, cached         the same file unchanged (cache warmed first)
+  (b)  load_inline, cold build         bench/fixtures/cuda_load_inline.py, a unique token in its source (nvcc)
+  (c)  load_inline, cached build       the fixture unchanged (cache warmed first)
+  (d)  Triton candidate, cold JIT      platforms/examples/triton/candidate.py, a unique comment in the kernel
+  (d') Triton candidate, cached        the same file unchanged (Triton's cache warmed first)
+
+    python bench/time_to_verdict_gpu.py [--runs 5] [--cases a,a2,b,c,d,d2] [--no-baselines] [--out DIR]
+
+Cold variants get a fresh hash per run, so only the candidate's build is cold: torch.compile's cache, the measured
+ceilings and the child's imports are warm for every variant alike (one warm-up evaluation first, not counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kforge_core.evaluator import EvalOptions, evaluate  # noqa: E402
+from kforge_core.platform import get_platform  # noqa: E402
+from kforge_core.problem import load_problem  # noqa: E402
+
+EXAMPLES = ROOT / "platforms" / "examples"
+
+
+def _nvrtc(token: str | None) -> str:
+    src = (EXAMPLES / "cuda" / "candidate.py").read_text()
+    return src if token is None else src.replace('SOURCE = r"""', f'SOURCE = r"""// {token}', 1)
+
+
+def _inline(token: str | None) -> str:
+    src = (ROOT / "bench" / "fixtures" / "cuda_load_inline.py").read_text()
+    return src if token is None else src.replace('CUDA_SOURCE = r"""', f'CUDA_SOURCE = r"""// {token}', 1)
+
+
+def _triton(token: str | None) -> str:
+    src = (EXAMPLES / "triton" / "candidate.py").read_text()
+    marker = "    pid = tl.program_id(0)\n"
+    return src if token is None else src.replace(marker, f"    # {token}\n{marker}", 1)
+
+
+CASES = {  # key: (label, target, source maker, cold?)
+    "a": ("(a) NVRTC candidate, cold compile", "cuda", _nvrtc, True),
+    "a2": ("(a') NVRTC candidate, cached", "cuda", _nvrtc, False),
+    "b": ("(b) load_inline, cold build", "cuda", _inline, True),
+    "c": ("(c) load_inline, cached build", "cuda", _inline, False),
+    "d": ("(d) Triton candidate, cold JIT", "triton", _triton, True),
+    "d2": ("(d') Triton candidate, cached", "triton", _triton, False),
+}
+
+
+def _counts(statuses: list[str]) -> str:
+    return ", ".join(f"{s} x{statuses.count(s)}" for s in sorted(set(statuses)))
+
+
+def _child_floor(n: int = 3) -> float:
+    """Seconds for a bare `python -c 'import torch; CUDA init'`: the floor any child-per-candidate design pays."""
+    code = "import torch; torch.empty(1, device='cuda'); torch.cuda.synchronize()"
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--cases", default="a,a2,b,c,d,d2")
+    ap.add_argument("--no-baselines", action="store_true", help="skip the eager + torch.compile baselines")
+    ap.add_argument("--out", default=os.environ.get("OUT"), help="directory for the JSON results")
+    args = ap.parse_args()
+    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
+    opts = EvalOptions(baselines=not args.no_baselines)
+    problems = {t: load_problem(path=EXAMPLES / t / "problem.py") for t in ("cuda", "triton")}
+    device = get_platform("cuda", require_available=True).device_name()
+    print(f"device: {device}; options: baselines={opts.baselines}, seeds={opts.seeds}", flush=True)
+    floor = _child_floor()
+    print(f"bare child floor (python + import torch + CUDA context): {floor:.2f} s", flush=True)
+
+    def run(target: str, source: str) -> tuple[float, dict]:
+        t0 = time.perf_counter()
+        v = evaluate(problems[target], source, target, opts)
+        return time.perf_counter() - t0, v.to_dict()
+
+    warmed = set()
+    rows: dict[str, dict] = {}
+    for key in keys:
+        label, target, make, cold = CASES[key]
+        if (target, make) not in warmed:  # torch.compile cache, ceilings, the unchanged source's build
+            wall, r = run(target, make(None))
+            warmed.add((target, make))
+            print(f"  warm-up {target}/{make.__name__}: {wall:.2f} s ({r['status']})", flush=True)
+        walls, builds, compiles, statuses, reasons = [], [], [], [], []
+        for _ in range(args.runs):
+            wall, r = run(target, make(f"kforge bench {uuid.uuid4().hex}" if cold else None))
+            walls.append(wall)
+            builds.append(r.get("build_s") or 0.0)
+            compiles.append(r.get("torch_compile_s") or 0.0)
+            statuses.append(r["status"])
+            if r["status"] != "correct":
+                reasons.append(r["reason"][:300])
+        rows[key] = {"label": label, "walls": walls, "builds": builds, "torch_compile_s": compiles,
+                     "statuses": statuses, "reasons": reasons}
+        print(f"  {label}: median {statistics.median(walls):.2f} s, build {statistics.median(builds):.3f} s "
+              f"({', '.join(sorted(set(statuses)))})", flush=True)
+
+    base_key = "a" if "a" in rows else next(iter(rows))
+    base = statistics.median(rows[base_key]["walls"])
+    lines = [f"Time to verdict on {device}: full evaluate() (5 seeds, timing, baselines="
+             f"{'eager+torch.compile' if opts.baselines else 'off'}), {args.runs} runs each, library calls",
+             "", f"| variant | median s | min s | max s | candidate build s (median) | vs {base_key} | verdicts |",
+             "|---|---|---|---|---|---|---|"]
+    for key, row in rows.items():
+        med = statistics.median(row["walls"])
+        lines.append(f"| {row['label']} | {med:.2f} | {min(row['walls']):.2f} | {max(row['walls']):.2f} | "
+                     f"{statistics.median(row['builds']):.3f} | {med / base:.2f}x | "
+                     f"{_counts(row['statuses'])} |")
+    if "a" in rows and "b" in rows:
+        lines.append(f"\n(b)/(a) = {statistics.median(rows['b']['walls']) / base:.1f}x  (goal: (a) <= 1.5 s and "
+                     f"(b)/(a) >= 10x); bare child floor {floor:.2f} s")
+    table = "\n".join(lines)
+    print("\n" + table)
+    if args.out:
+        Path(args.out, "time_to_verdict_gpu.json").write_text(json.dumps(
+            {"device": device, "baselines": opts.baselines, "runs": args.runs, "child_floor_s": floor, "rows": rows},
+            indent=1))
+        Path(args.out, "time_to_verdict_gpu.md").write_text(table + "\n")
+    bad = [r for r in rows.values() if any(s != "correct" for s in r["statuses"])]
+    for r in bad:
+        print(f"NOT CORRECT: {r['label']}: {r['reasons'][:2]}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

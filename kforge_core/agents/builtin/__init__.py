@@ -1,0 +1,1 @@
+"""Built-in, rule-based agents (no LLM)."""

@@ -1,0 +1,335 @@
+"""Write the candidate's Python: helpers, `ModelNew.__init__` (the same state_dict as `Model`), and `forward`
+(PyTorch calls for kept nodes, kernel launches for synthesized ones)."""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import re
+
+from .fusion import KernelPlan, ProgramPlan
+from .graph import Py, py_name
+
+HELPERS = '''
+KF_META = {}
+
+
+def kf_shape(*shapes):
+    n = max(len(s) for s in shapes)
+    out = [1] * n
+    for s in shapes:
+        for i, d in enumerate(s):
+            j = n - len(s) + i
+            if d != 1:
+                if out[j] not in (1, d):
+                    raise ValueError(f"shapes {[tuple(x) for x in shapes]} do not broadcast")
+                out[j] = d
+    return tuple(out)
+
+
+def kf_rows_cols(shape, rank, k):
+    if len(shape) != rank:
+        raise ValueError(f"this synthesized kernel expects rank-{rank} operands, got shape {tuple(shape)}")
+    rows, cols = 1, 1
+    for s in shape[:rank - k]:
+        rows *= s
+    for s in shape[rank - k:]:
+        cols *= s
+    return rows, cols
+
+
+def kf_prep(t, shape, nl, inner, mode):
+    """An operand as the kernel reads it: (tensor whose memory the kernel indexes, strides of the row dims).
+
+    inner: 1 when the operand varies along the row (read at stride 1), 0 when it holds one value per row.
+    mode: 0 dense rows, 1 the same for every row, 2 any strides (passed to the kernel).
+    """
+    if not isinstance(t, torch.Tensor):
+        t = torch.tensor(t, dtype=torch.float32)
+    e = t.expand(shape)
+    st = e.stride()
+    n = len(shape)
+    if inner:
+        acc, ok = 1, True
+        for i in range(n - 1, nl - 1, -1):
+            if shape[i] != 1 and st[i] != acc:
+                ok = False
+            acc *= shape[i]
+        if not ok or (mode == 0 and not (t.is_contiguous() and t.numel() == e.numel())):
+            t = e[(0,) * nl].contiguous() if mode == 1 else e.contiguous()
+            e = t.expand(shape)
+            st = e.stride()
+    else:
+        for i in range(nl, n):
+            if shape[i] != 1 and st[i] != 0:
+                raise ValueError("synthesized kernel: an operand varies along the row where one value per row was "
+                                 "expected (input shapes differ from the traced ones)")
+        rows = 1
+        for s in shape[:nl]:
+            rows *= s
+        if mode == 0 and not (t.is_contiguous() and t.numel() == rows):
+            t = e[(slice(None),) * nl + (0,) * (n - nl)].contiguous()
+            e = t
+            st = t.stride()
+    lead = [0 if shape[i] == 1 else st[i] for i in range(nl)]
+    if mode == 1 and any(lead):
+        raise ValueError("synthesized kernel: an operand varies across rows where it was constant when traced")
+    if not t.is_contiguous():
+        span = 1 + sum((s - 1) * x for s, x in zip(t.shape, t.stride())) if t.numel() else 0
+        t = torch.as_strided(t, (span,), (1,))
+    return t, lead
+
+
+def kf_meta(lead, strides):
+    key = (tuple(lead), tuple(tuple(s) for s in strides))
+    m = KF_META.get(key)
+    if m is None:
+        if len(KF_META) > 256:
+            KF_META.clear()
+        m = torch.tensor(list(lead) + [x for s in strides for x in s], dtype=torch.int64)
+        KF_META[key] = m
+    return m
+'''.strip("\n")
+
+_MODE = {"rowmajor": 0, "zero": 1, "general": 2}
+
+
+def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], dict]:
+    """Lines computing S, rows, cols, operands and outputs for a kernel launch; returns (lines, arg names)."""
+    k, rank, nl = plan.k, plan.rank, plan.nl
+    lines: list[str] = []
+    tensor_slots = [plan.slots[i] for i in plan.shape_slots]
+    if len(tensor_slots) == 1:
+        lines.append(f"S = tuple({names[tensor_slots[0].value]}.shape)")
+    elif tensor_slots:
+        lines.append(f"S = kf_shape({', '.join(names[s.value] + '.shape' for s in tensor_slots)})")
+    else:
+        raise ValueError("kernel without tensor operands")
+    lines.append(f"rows, cols = kf_rows_cols(S, {rank}, {k})")
+    args: dict = {"rows": "rows", "cols": "cols"}
+    general = []
+    for s in plan.slots:
+        src = names[s.value]
+        if s.kind == "scalar":
+            args[f"scalar:{s.index}"] = f"float({src})"
+            continue
+        target = f"S[:{nl}]" if s.drop else "S"
+        snl = nl
+        lines.append(f"a{s.index}, l{s.index} = kf_prep({src}, {target}, {snl}, {s.inner if not s.drop else 0}, "
+                     f"{_MODE[s.mode]})")
+        args[f"slot:{s.index}"] = f"a{s.index}"
+        if s.mode == "general":
+            general.append(f"l{s.index}")
+    if general:
+        lines.append(f"meta = kf_meta(S[:{nl}], [{', '.join(general)}])")
+        args["meta"] = "meta"
+    for j, o in enumerate(plan.outputs):
+        if o.inplace_slot is not None:
+            lines.append(f"o{j} = a{o.inplace_slot}  # the matmul result is written in place")
+        else:
+            if o.level == "E":
+                shape = "S"
+            elif o.drop:
+                shape = f"S[:{nl}]"
+            else:
+                shape = f"S[:{nl}] + {(1,) * k!r}"
+            dtype = "torch.bool" if o.dtype == "bool" else "torch.float32"
+            lines.append(f"o{j} = torch.empty({shape}, dtype={dtype}, device=a{plan.shape_slots[0]}.device)")
+        args[f"out:{j}"] = f"o{j}"
+    return lines, args
+
+
+def _ident(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_")
+
+
+def _access(path: str) -> str:
+    if not path:
+        return "self"
+    out = "self"
+    for part in path.split("."):
+        if part.isdigit():
+            out += f"[{part}]"
+        elif _ident(part):
+            out += f".{part}"
+        else:
+            return f"self.get_submodule({path!r})"
+    return out
+
+
+_CTOR_OK = re.compile(r"^torch\.nn\.[A-Z]\w*\(")
+
+
+def _safe_ctor(text: str | None) -> bool:
+    """A constructor from the trace is embedded only when it is a plain call with literal arguments."""
+    if not text or not _CTOR_OK.match(text):
+        return False
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return False
+    node = tree.body
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+        if len(node.args) != 1 or not isinstance(node.args[0], ast.Attribute):
+            return False
+        node = node.func.value
+    if not isinstance(node, ast.Call):
+        return False
+    for a in list(node.args) + [kw.value for kw in node.keywords]:
+        if not _literal(a):
+            return False
+    return all(kw.arg for kw in node.keywords)
+
+
+def _literal(a) -> bool:
+    if isinstance(a, ast.Constant):
+        return True
+    if isinstance(a, (ast.Tuple, ast.List)):
+        return all(_literal(x) for x in a.elts)
+    if isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub):
+        return _literal(a.operand)
+    if isinstance(a, ast.Name):
+        return a.id in ("inf", "nan", "True", "False", "None")
+    return False
+
+
+_CONTAINERS = {"ModuleList": "torch.nn.ModuleList()", "ModuleDict": "torch.nn.ModuleDict()",
+               "Sequential": "torch.nn.Sequential()"}
+
+
+def _tensor_ctor(entry: dict, shape=None) -> str:
+    shape = tuple(entry["shape"] if shape is None else shape)
+    return f"torch.zeros({shape!r}, dtype=torch.{entry['dtype']})"
+
+
+def module_lines(desc: dict, config: dict) -> list[str]:
+    """`__init__` lines re-creating the module tree and state of one traced configuration."""
+    ctors = {m["path"]: m.get("ctor") for m in config["modules"]}
+    state = config["state"]
+    lines = []
+    covered: set = set()  # paths rebuilt by a torch.nn constructor (their state comes with it)
+    for m in desc["modules"]:
+        path = m["path"]
+        if any(path.startswith(c + ".") for c in covered):
+            continue
+        if path:
+            parent, _, name = path.rpartition(".")
+            ctor = ctors.get(path)
+            if ctor and _safe_ctor(ctor):
+                covered.add(path)
+                expr = re.sub(r"\binf\b", "math.inf", ctor)
+            else:
+                expr = _CONTAINERS.get(m["cls"], "torch.nn.Module()")
+            if not parent and _ident(name) and name != "kf_lib":
+                lines.append(f"self.{name} = {expr}")
+            else:
+                lines.append(f"{_access(parent)}.add_module({name!r}, {expr})")
+            if path in covered:
+                continue
+        owner = _access(path)
+        for p in m["params"]:
+            key = f"{path}.{p['name']}" if path else p["name"]
+            shape = state.get(key, [p["shape"]])[0]
+            grad = "" if p.get("requires_grad", True) else ", requires_grad=False"
+            lines.append(f"{owner}.register_parameter({p['name']!r}, torch.nn.Parameter("
+                         f"{_tensor_ctor(p, shape)}{grad}))")
+        for b in m["buffers"]:
+            key = f"{path}.{b['name']}" if path else b["name"]
+            shape = state.get(key, [b["shape"]])[0] if b.get("persistent", True) else b["shape"]
+            persistent = "" if b.get("persistent", True) else ", persistent=False"
+            lines.append(f"{owner}.register_buffer({b['name']!r}, {_tensor_ctor(b, shape)}{persistent})")
+    return lines
+
+
+def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, imports: list[str],
+              source_name: str, source_text: str, init_tail: list[str], launch) -> str:
+    """Assemble the candidate file; `launch(kernel_plan, names)` returns the Python lines of one launch."""
+    low = plan.lowered
+    names = dict(low.names)
+    out: list[str] = [f'"""{header}"""', "", marker]
+    std_imports = ["import math"] if ("math" in low.imports or _needs_math(desc)) else []
+    if "operator" in low.imports:
+        std_imports.append("import operator")
+    out += std_imports + ["", "import torch", "import torch.nn as nn", ""] + imports + ["", ""]
+    out.append(f"{source_name} = r\"\"\"")
+    out.append(source_text.rstrip("\n"))
+    out.append('"""')
+    out += ["", ""]
+    out.append(HELPERS)
+    out += ["", ""]
+    out.append("class ModelNew(nn.Module):")
+    out.append("    def __init__(self, *args):")
+    out.append("        super().__init__()")
+    configs = desc.get("configs") or []
+    known = [c for c in configs if c.get("init_args") is not None]
+    if known:
+        out.append("        init = list(args)")
+        for i, cfg in enumerate(known):
+            kw = "if" if i == 0 else "elif"
+            out.append(f"        {kw} init == {cfg['init_args']!r}:  # {cfg['size_class']} size class")
+            body = module_lines(desc, cfg) or ["pass"]
+            out += ["            " + line for line in body]
+        listing = " or ".join(repr(c["init_args"]) for c in known)
+        out.append("        else:")
+        out.append(f"            raise ValueError(f\"this candidate was synthesized for Model init arguments "
+                   f"{_escape_braces(listing)}, got {{init}}; synthesize again for these sizes\")")
+    elif configs:
+        out += ["        " + line for line in module_lines(desc, configs[0])]
+    out += ["        " + line for line in init_tail]
+    out.append("")
+    params = []
+    for name, default in low.placeholders:
+        params.append(f"{name}={default}" if default is not None else name)
+    out.append(f"    def forward(self{''.join(', ' + p for p in params)}):")
+    live = _live(plan)
+    for unit in plan.units:
+        if isinstance(unit, Py):
+            if unit.role == "input" or unit.name not in live:
+                continue
+            out.append(f"        {names[unit.name]} = {unit.code}")
+        else:
+            out.append(f"        # {unit.name}: {unit.label}")
+            for line in launch(unit, names):
+                out.append(f"        {line}")
+            for j, o in enumerate(unit.outputs):
+                out.append(f"        {names[o.node]} = o{j}")
+    out.append(f"        return {low.output_code}")
+    return "\n".join(out) + "\n"
+
+
+def _escape_braces(s: str) -> str:
+    return s.replace("{", "{{").replace("}", "}}")
+
+
+def _needs_math(desc: dict) -> bool:
+    for cfg in desc.get("configs") or []:
+        for m in cfg.get("modules", []):
+            if m.get("ctor") and re.search(r"\binf\b", m["ctor"]):
+                return True
+    return False
+
+
+def _live(plan: ProgramPlan) -> set:
+    """Names of Py items whose values are needed (by the output or a kernel)."""
+    need = set(plan.lowered.output_names)
+    for u in plan.units:
+        if isinstance(u, KernelPlan):
+            need |= {s.value for s in u.slots}
+    by = {u.name: u for u in plan.units if isinstance(u, Py)}
+    stack = list(need)
+    live = set()
+    while stack:
+        n = stack.pop()
+        if n in live:
+            continue
+        live.add(n)
+        u = by.get(n)
+        if u is not None:
+            stack.extend(u.deps)
+        for kp in plan.units:
+            if isinstance(kp, KernelPlan) and n in {o.node for o in kp.outputs}:
+                stack.extend(s.value for s in kp.slots)
+    return live
+
+
+__all__ = ["candidate", "prep_lines", "module_lines", "HELPERS", "py_name"]

@@ -1,0 +1,73 @@
+"""Write benchmark results as results.json, results.csv and a self-contained report.html (plotly inlined)."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+from pathlib import Path
+
+from .charts import fast_p_figure, speedup_figure
+from .metrics import P_VALUES, summarize
+
+CSV_FIELDS = ("problem", "level", "status", "correct", "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager",
+              "speedup_vs_compiled", "iterations", "run_id", "wall_s", "error")
+
+
+def write_reports(out_dir: Path, records: list[dict], meta: dict) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarize(records)
+    (out_dir / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "problems": records},
+                                                     indent=1, default=str))
+    with open(out_dir / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(records)
+    (out_dir / "report.html").write_text(render_html(records, summary, meta))
+    return summary
+
+
+def _fmt(v, pct: bool = False) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{100 * v:.0f}%" if pct else f"{v:.3g}"
+    return html.escape(str(v))
+
+
+def render_html(records: list[dict], summary: dict, meta: dict) -> str:
+    fig_a = fast_p_figure(records).to_html(include_plotlyjs=True, full_html=False)
+    fig_b = speedup_figure(records).to_html(include_plotlyjs=False, full_html=False)
+    fast_rows = "".join(
+        f"<tr><td>fast_{p:g}</td><td>{_fmt(summary['fast_p_vs_eager'][f'{p:g}'], True)}</td>"
+        f"<td>{_fmt(summary['fast_p_vs_compiled'][f'{p:g}'], True)}</td></tr>" for p in P_VALUES)
+    geo_rows = "".join(
+        f"<tr><td>{label}</td><td>{_fmt(summary[f'{key}_vs_eager{suffix}'])}</td>"
+        f"<td>{_fmt(summary[f'{key}_vs_compiled{suffix}'])}</td></tr>"
+        for label, key, suffix in (("geometric mean, failures counted as 1.0×", "geomean_speedup", "_failures_as_1"),
+                                   ("geometric mean, correct problems only", "geomean_speedup", "_correct_only"),
+                                   ("median, correct problems only", "median_speedup", "_correct_only")))
+    level_rows = "".join(
+        f"<tr><td>level {lv}</td><td>{s['correct']}/{s['problems']}</td><td>{_fmt(s['fast_1_vs_eager'], True)}</td>"
+        f"<td>{_fmt(s['fast_1_vs_compiled'], True)}</td></tr>" for lv, s in summary["per_level"].items())
+    problem_rows = "".join(
+        "<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k in ("problem", "level", "status", "candidate_ms",
+                                                             "eager_ms", "compiled_ms", "speedup_vs_eager",
+                                                             "speedup_vs_compiled", "iterations")) +
+        f"<td>{html.escape(str(r.get('error') or ''))[:200]}</td></tr>" for r in records)
+    meta_text = " · ".join(f"{html.escape(str(k))}: {html.escape(str(v))}" for k, v in meta.items())
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>KForge benchmark</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ddd;padding:4px 8px;font-size:14px}}th{{background:#f4f4f4}}</style></head><body>
+<h1>KForge benchmark</h1><p>{meta_text}</p>
+<p>Correct: <b>{summary['correct']}/{summary['problems']}</b> ({_fmt(summary['correctness_rate'], True)}).
+fast_p is the share of all problems that are correct and more than p× faster than the baseline.</p>
+<table><tr><th></th><th>vs eager</th><th>vs torch.compile</th></tr>{fast_rows}{geo_rows}</table>
+<h2>Per level</h2><table><tr><th>level</th><th>correct</th><th>fast_1 vs eager</th><th>fast_1 vs compile</th></tr>
+{level_rows}</table>
+{fig_a}{fig_b}
+<h2>Problems</h2><table><tr><th>problem</th><th>level</th><th>status</th><th>candidate ms</th><th>eager ms</th>
+<th>compile ms</th><th>vs eager</th><th>vs compile</th><th>iterations</th><th>error</th></tr>{problem_rows}</table>
+</body></html>"""

@@ -1,0 +1,88 @@
+"""`bench`: an agent over a suite of problems; writes results.json, results.csv and report.html."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import UsageError
+from ..platform import get_platform
+from ..tolerance import POLICIES
+from .common import print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="run an agent over a problem suite and report fast_p and speedups",
+                       description="Suites: 'gallery', 'gallery:levelN', a directory in KernelBench's layout "
+                                   "(level1/, level2/, ...), a directory of problem files, a text file listing "
+                                   "problem paths or gallery names, or comma-separated gallery names. Re-running "
+                                   "the same command with the same --out resumes where it stopped.")
+    p.add_argument("--suite", required=True, help="PATH_OR_NAME (see above)")
+    p.add_argument("--level", type=int, help="only problems of this level")
+    p.add_argument("--target", required=True)
+    p.add_argument("--agent", choices=("llm", "builtin"), help="default: llm when an endpoint is configured")
+    p.add_argument("--model", help="generation model (llm agent)")
+    p.add_argument("--analysis-model", help="analysis model (llm agent; default: --model)")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL or settings)")
+    p.add_argument("--api-key", help="API key (default: OPENAI_API_KEY or settings; local servers need none)")
+    p.add_argument("--out", required=True, help="output directory for results.json, results.csv, report.html")
+    p.add_argument("--db", help="run store (default: KFORGE_DB or ~/.local/share/kforge/runs.db)")
+    p.add_argument("--max-functional-iters", type=int, default=3)
+    p.add_argument("--max-optimization-iters", type=int, default=3)
+    p.add_argument("--size-class", choices=("cpu", "gpu"),
+                   help="gallery problem sizes (default: cpu on the CPU target, the file's own sizes elsewhere)")
+    p.add_argument("--tolerance", default="default", choices=sorted(POLICIES))
+    p.add_argument("--devices", type=int, help="workers, one per device (default: every device the target sees)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.set_defaults(handler=run)
+
+
+def choose_agent(requested: str | None, base_url: str | None, api_key: str | None, model: str | None) -> str:
+    if requested:
+        return requested
+    from ..llm import is_configured, resolve_config
+
+    if is_configured(resolve_config(base_url=base_url, api_key=api_key, model=model)):
+        return "llm"
+    print("no LLM endpoint configured: using the built-in, rule-based synthesizer (no LLM)", file=sys.stderr)
+    return "builtin"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench.runner import BenchConfig, run_bench
+
+    platform = get_platform(args.target, require_available=True)
+    size_class = args.size_class or ("cpu" if platform.device_type == "cpu" else None)
+    agent = choose_agent(args.agent, args.base_url, args.api_key, args.model)
+    if agent == "llm" and not (args.model or _configured_model(args)):
+        raise UsageError("the llm agent needs a model: pass --model or set KFORGE_MODEL")
+    cfg = BenchConfig(suite=args.suite, level=args.level, target=args.target, out_dir=Path(args.out), agent=agent,
+                      model=args.model, analysis_model=args.analysis_model, base_url=args.base_url,
+                      api_key=args.api_key, db_path=args.db, max_functional_iters=args.max_functional_iters,
+                      max_optimization_iters=args.max_optimization_iters, size_class=size_class,
+                      tolerance=args.tolerance, devices=args.devices)
+    summary = run_bench(cfg)
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"correct {summary['correct']}/{summary['problems']}; "
+              f"fast_1 vs eager {_pct(summary['fast_p_vs_eager']['1'])}, vs torch.compile "
+              f"{_pct(summary['fast_p_vs_compiled']['1'])}; geomean vs eager (failures as 1.0) "
+              f"{_x(summary['geomean_speedup_vs_eager_failures_as_1'])}")
+        print(f"report: {Path(args.out) / 'report.html'}")
+    return 0
+
+
+def _configured_model(args) -> str | None:
+    from ..llm import resolve_config
+
+    return resolve_config(base_url=args.base_url, api_key=args.api_key, model=args.model).model
+
+
+def _pct(v) -> str:
+    return "—" if v is None else f"{100 * v:.0f}%"
+
+
+def _x(v) -> str:
+    return "—" if v is None else f"{v:.2f}x"

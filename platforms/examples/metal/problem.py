@@ -1,0 +1,25 @@
+"""Swish with a bias: y = x * sigmoid(x) + bias (three elementwise ops PyTorch runs as separate passes)."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x) + self.bias
+
+
+batch_size = 512
+features = 4096
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features]

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
+# time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
+#
+#   bash scripts/gpu_check.sh [all|probe|tests|bench] [bench args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#
+# Never changes GPU settings (clocks, power, MIG); ncu runs with --clock-control none.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODE="${1:-all}"; shift || true
+export OUT="${OUT:-$PWD/gpu_check_out}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export KFORGE_CACHE_DIR="${KFORGE_CACHE_DIR:-/tmp/kforge-gpu-cache}"
+PY="${PYTHON:-python3}"
+status=0
+
+probe() {
+  {
+    echo "== machine"; nvidia-smi -L 2>&1; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>&1
+    "$PY" - <<'EOF'
+import importlib, sys, torch
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "gpu", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+for m in ("triton", "cupy"):
+    try:
+        print(m, importlib.import_module(m).__version__)
+    except Exception as e:
+        print(m, "missing:", e)
+from kforge_core.platform import all_platforms
+for n, p in all_platforms().items():
+    print(f"target {n}: {p.availability()}")
+from platforms._cuda_nvrtc import nvrtc_candidates, include_dirs, api
+a = api(); print("nvrtc", a.nvrtc_path, a.nvrtc_version, "driver", a.driver_version, "archs", a.supported_archs)
+print("include dirs", include_dirs())
+EOF
+    echo "== tools"; command -v nvcc && nvcc --version | tail -2; command -v ncu && ncu --version | tail -1; command -v ninja
+  } 2>&1 | tee "$OUT/gpu_check.log"
+}
+
+tests() {
+  echo "== GPU tests"
+  "$PY" -m pytest -q -rA -s --timeout=420 -p no:cacheprovider tests/gpu tests/test_cuda_platform.py \
+    tests/test_triton_platform.py 2>&1 | tee -a "$OUT/gpu_check.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  grep -E "passed|failed|error" "$OUT/gpu_check.log" | tail -1
+}
+
+bench() {
+  echo "== time to verdict"
+  "$PY" bench/time_to_verdict_gpu.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+}
+
+case "$MODE" in
+  probe) probe ;;
+  tests) probe; tests ;;
+  bench) bench "$@" ;;
+  all) probe; tests; bench "$@" ;;
+  *) echo "usage: $0 [all|probe|tests|bench] [bench args]"; exit 2 ;;
+esac
+echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1
+[ -f "$OUT/time_to_verdict_gpu.md" ] && cat "$OUT/time_to_verdict_gpu.md"
+exit $status

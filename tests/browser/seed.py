@@ -1,0 +1,169 @@
+"""Runs written through the real store API, for the app's tests and the UI latency benchmark: what a worker would
+have written, without running the loop (so replay rendering is tested on its own)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kforge_core.store import RunStore
+
+PROBLEM = '''"""Swish with a bias."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return x * torch.sigmoid(x) + self.bias
+
+
+def get_inputs():
+    return [torch.randn(512, 4096)]
+
+
+def get_init_inputs():
+    return [4096]
+'''
+
+PROGRAM_V0 = '''import torch
+import torch.nn as nn
+from platforms.cpu import compile_cpp
+
+SOURCE = r"""
+#include <cmath>
+#include <cstdint>
+extern "C" void swish_bias(const float* x, const float* b, float* out, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            float v = x[r * cols + c]
+            out[r * cols + c] = v / (1.0f + std::exp(-v)) + b[c];
+        }
+}
+"""
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.lib = compile_cpp(SOURCE)
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        self.lib.swish_bias(x, self.bias.detach(), out, x.shape[0], x.shape[1])
+        return out
+'''
+PROGRAM_V1 = PROGRAM_V0.replace("float v = x[r * cols + c]\n", "float v = x[r * cols + c];\n")
+PROGRAM_V2 = PROGRAM_V1.replace("    for (int64_t r = 0;", "    #pragma omp parallel for\n    for (int64_t r = 0;")
+
+MARKER_PROGRAM = "seeded-program-marker"
+
+
+def _diff(a: str, b: str, against: int) -> str:
+    import difflib
+
+    return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), f"iteration_{against}.py",
+                                        "candidate.py"))
+
+
+def _verdict(status: str, reason: str, candidate_ms: float | None = None, eager_ms: float | None = None,
+             compiled_ms: float | None = None, **extra) -> dict:
+    timing = (lambda ms: None if ms is None else {"median_ms": ms, "min_ms": ms * 0.97, "max_ms": ms * 1.1,
+                                                   "trials": 20})
+    d = {"status": status, "reason": reason, "target": "cpu", "tolerance": {"name": "default"},
+         "candidate": timing(candidate_ms), "eager": timing(eager_ms), "compiled": timing(compiled_ms),
+         "checks": [{"name": "5 seeds", "passed": status == "correct", "detail": reason}], "warnings": [],
+         "compile_log": "", "device": "AMD EPYC (2 cores)", "log_tail": "", "wall_s": 3.2,
+         "candidate_ms": candidate_ms, "eager_ms": eager_ms, "compiled_ms": compiled_ms,
+         "speedup_vs_eager": (eager_ms / candidate_ms) if candidate_ms and eager_ms else None,
+         "speedup_vs_compiled": (compiled_ms / candidate_ms) if candidate_ms and compiled_ms else None}
+    d.update(extra)
+    return d
+
+
+def _correct(store: RunStore, run_id: str, index: int, pass_: str, code: str, previous: str, ms: float,
+             eager: float = 4.0, compiled: float = 2.5) -> None:
+    store.start_iteration(run_id, index, pass_)
+    store.append_event(run_id, "program_extracted", {"iteration": index, "code": code, "language": "python",
+                                                     "notes": ""}, index)
+    store.append_event(run_id, "diff", {"iteration": index, "against_iteration": index - 1,
+                                        "unified_diff": _diff(previous, code, index - 1)}, index)
+    verdict = _verdict("correct", "matches the reference on 5 seeds", ms, eager, compiled)
+    store.append_event(run_id, "verdict", {"iteration": index, "verdict": verdict}, index)
+    store.append_event(run_id, "timings", {"iteration": index, "candidate_ms": ms, "eager_ms": eager,
+                                           "compiled_ms": compiled, "speedup_vs_eager": eager / ms,
+                                           "speedup_vs_compiled": compiled / ms, "torch_compile_s": 11.5}, index)
+    profile = {"tool": "torch.profiler", "device": "cpu", "per_forward_ms": ms,
+               "kernels": [{"name": "kforge::swish_bias", "calls_per_forward": 1, "ms_per_forward": ms * 0.9,
+                            "share": 0.9, "custom": True},
+                           {"name": "aten::empty_like", "calls_per_forward": 1, "ms_per_forward": ms * 0.1,
+                            "share": 0.1, "custom": False}],
+               "custom_share": 0.9, "launches_per_forward": 1, "notes": []}
+    roofline = {"bytes": 16_793_600, "flops": 8_388_608, "bandwidth_gbs": 20.0, "fp32_tflops": 0.2,
+                "memory_floor_ms": 0.84, "compute_floor_ms": 0.04, "floor_ms": 0.84, "bound": "memory",
+                "pct_of_roofline": 100 * 0.84 / ms}
+    store.append_event(run_id, "profile", {"iteration": index, "profile": profile, "roofline": roofline}, index)
+    store.finish_iteration(run_id, index, "correct", reason="matches the reference on 5 seeds", code=code,
+                           candidate_ms=ms, speedup_vs_eager=eager / ms, speedup_vs_compiled=compiled / ms,
+                           verdict=verdict, profile=profile)
+
+
+def seed_finished_run(store: RunStore, problem_name: str = "swish_bias", target: str = "cpu") -> str:
+    """A succeeded run: functional pass (a build failure, then a correct program), optimization pass (one faster
+    program guided by recommendations), usage, bests and the end."""
+    config = {"problem_name": problem_name, "target": target, "agent": "builtin", "max_functional_iters": 3,
+              "max_optimization_iters": 2, "patience": 3, "best_of_k": 1, "tolerance": "default"}
+    run_id = store.create_run(problem_name, PROBLEM, target, agent="builtin", config=config)
+    store.start_run(run_id, pid=os.getpid())
+    store.append_event(run_id, "pass_started", {"pass": "functional", "max_iterations": 3})
+    # iteration 0: a build failure
+    store.start_iteration(run_id, 0, "functional")
+    store.append_event(run_id, "prompt_sent", {"iteration": 0, "agent": "generation", "model": "builtin",
+                                               "messages": [{"role": "system", "content": "You write kernels."},
+                                                            {"role": "user", "content": PROBLEM}]}, 0)
+    for chunk in ("Here is a fused kernel:\n```python\n", PROGRAM_V0[:200], PROGRAM_V0[200:], "```\n"):
+        store.append_event(run_id, "tokens", {"text": chunk, "agent": "generation"}, 0)
+    store.append_event(run_id, "program_extracted", {"iteration": 0, "code": PROGRAM_V0, "language": "python",
+                                                     "notes": MARKER_PROGRAM}, 0)
+    log = "candidate.py:12:37: error: expected ';' before 'out'\n   12 |             float v = x[r * cols + c]"
+    store.append_event(run_id, "compile_log", {"iteration": 0, "log": log}, 0)
+    verdict0 = _verdict("compile_error", "the kernel did not build: expected ';' (line 12)", compile_log=log)
+    store.append_event(run_id, "verdict", {"iteration": 0, "verdict": verdict0}, 0)
+    store.finish_iteration(run_id, 0, "compile_error", reason=verdict0["reason"], code=PROGRAM_V0, verdict=verdict0)
+    store.add_usage(run_id, 900, 350, iteration=0, extra={"agent": "generation"})
+    # iteration 1: correct, 1.6x
+    _correct(store, run_id, 1, "functional", PROGRAM_V1, PROGRAM_V0, ms=2.5)
+    store.set_best(run_id, 1, speedup_vs_eager=4.0 / 2.5, speedup_vs_compiled=1.0, candidate_ms=2.5)
+    store.append_event(run_id, "pass_started", {"pass": "optimization", "max_iterations": 2})
+    # iteration 2: optimization guided by recommendations, 3.2x
+    store.append_event(run_id, "recommendations", {
+        "iteration": 2, "analyzed_iteration": 1, "agent_label": "built-in, rule-based (no LLM)", "text": "",
+        "recommendations": [{"title": "Parallelize the row loop", "change": "add `#pragma omp parallel for`",
+                             "why": "kforge::swish_bias is 90% of the time on one of 2 cores",
+                             "expected_gain": "~2x", "move": "parallelize"}]}, 2)
+    _correct(store, run_id, 2, "optimization", PROGRAM_V2, PROGRAM_V1, ms=1.25)
+    store.set_best(run_id, 2, speedup_vs_eager=4.0 / 1.25, speedup_vs_compiled=2.0, candidate_ms=1.25)
+    store.add_usage(run_id, 1200, 400, iteration=2, extra={"agent": "generation"})
+    store.finish_run(run_id, "succeeded")
+    return run_id
+
+
+def seed_live_run(store: RunStore, problem_name: str = "live_problem", pid: int | None = None) -> str:
+    """A running run, claimed by `pid` (default: this process, so the dead-worker check leaves it alone), in the
+    middle of its first iteration with streamed model output."""
+    run_id = store.create_run(problem_name, PROBLEM, "cpu", agent="builtin",
+                              config={"agent": "builtin", "max_functional_iters": 2, "max_optimization_iters": 2})
+    store.start_run(run_id, pid=pid or os.getpid())
+    store.append_event(run_id, "pass_started", {"pass": "functional", "max_iterations": 2})
+    store.start_iteration(run_id, 0, "functional")
+    store.append_event(run_id, "tokens", {"text": "Thinking about the kernel...\n", "agent": "generation"}, 0)
+    return run_id
+
+
+def db_file(tmp: Path) -> Path:
+    return tmp / "runs.db"

@@ -1,0 +1,43 @@
+"""Trivial kernel + PyTorch compute: launches a do-nothing kernel once per call so must-launch counts a launch,
+and computes the answer with plain PyTorch. KNOWN LIMITATION: launch counting cannot tell this apart from an
+honest partial-kernel candidate; the evaluator flags it with a warning (outputs not written by a compiled kernel)."""
+
+import torch
+import torch.nn as nn
+
+from platforms.cpu import compile_cpp
+
+SOURCE = r"""
+#include <cmath>
+#include <cstdint>
+
+extern "C" void swish_bias(const float* x, const float* bias, float* out, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            float v = x[r * cols + c];
+            out[r * cols + c] = v / (1.0f + std::exp(-v)) + bias[c];
+        }
+}
+
+extern "C" void touch(float* p, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i];
+}
+"""
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.lib = compile_cpp(SOURCE, openmp=False)
+        self._scratch = torch.zeros(1)
+
+    def _swish(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        self.lib.swish_bias(x, self.bias.detach().contiguous(), out, x.shape[0], x.shape[1])
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.lib.touch(self._scratch, 1)
+        return x * torch.sigmoid(x) + self.bias

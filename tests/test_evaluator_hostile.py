@@ -1,0 +1,391 @@
+"""Hostile candidates: one test per published trick (shared/EVAL_PITFALLS.md), each must get the right verdict.
+
+Real child processes and a real g++. Most cases run with timing off; the timing-path ones use a tiny budget.
+The verdict for every case is computed in the background two at a time (see candidates/evalkit.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from candidates.evalkit import HOSTILE, QUICK_TIMING, REGISTRY, case, run_case
+
+M = __name__
+SWISH = "swish_small.py"
+
+
+def hostile(name: str, problem: str = SWISH, weight: int = 1, **options) -> str:
+    return case(M, name, problem, HOSTILE / f"{name}.py", weight=weight, **options)
+
+
+# --- correctness tricks
+hostile("stale_buffer")
+hostile("zero_output", "tiny_scale.py")
+hostile("nan_output")
+hostile("inf_output")
+hostile("constant_output")
+hostile("cache_data_ptr")
+hostile("cache_shape")
+hostile("mutate_inputs")
+hostile("first_output_only", "multi_output.py")
+hostile("pure_pytorch")
+hostile("compiled_never_called")
+hostile("trivial_kernel_torch_compute")
+hostile("tensor_subclass")
+hostile("global_forward_hook")
+hostile("global_forward_hook_getattr")
+hostile("autocast_leak")
+hostile("wrong_shape")
+hostile("wrong_dtype")
+# --- timing tricks
+hostile("timer_patch_static")
+hostile("timer_patch_alias")
+hostile("timer_patch_runtime")
+hostile("tf32")
+hostile("tf32_runtime")
+hostile("warmup_detect", weight=3, **QUICK_TIMING)
+hostile("cache_version_timing", weight=3, **QUICK_TIMING)
+# --- escapes: threads, processes, dynamic code
+ESCAPES = ["esc_threading", "esc_thread_low", "esc_futures", "esc_multiprocessing", "esc_subprocess", "esc_os_system"]
+DODGES = ["dodge_getattr_import", "dodge_builtins", "dodge_subclasses", "dodge_importlib", "dodge_eval", "dodge_exec"]
+NATIVE_OS = ["native_system", "native_getenv", "native_proc_environ", "native_thread", "native_fopen"]
+for _name in ESCAPES + DODGES + NATIVE_OS:
+    hostile(_name)
+hostile("native_ppid_environ")
+hostile("python_print_environ")
+hostile("native_concat_dodge")
+hostile("native_token_paste")
+hostile("native_flag_injection")
+hostile("native_include_file")
+# --- crashes, hangs, exits, resources, broken programs
+hostile("python_infinite_loop", weight=5, timeout_s=8)
+hostile("native_infinite_loop", weight=5, timeout_s=8)
+hostile("native_segfault")
+hostile("system_exit")
+hostile("huge_alloc", memory_limit_mb=3072)
+hostile("compile_error")
+hostile("syntax_error")
+hostile("missing_modelnew")
+hostile("forged_result")
+hostile("crash_at_import")
+
+
+def assert_status(v, status: str, *fragments: str):
+    assert v.status == status, f"expected {status}, got {v.status}: {v.reason}\n{v.log_tail}"
+    for frag in fragments:
+        assert frag.lower() in v.reason.lower(), f"{frag!r} not in reason: {v.reason}"
+
+
+# ------------------------------------------------------------------------------------------ correctness tricks
+
+def test_stale_buffer(verdicts):
+    """Stale buffers (Sakana AI CUDA Engineer, 2025: a kernel returned memory still holding the reference's
+    output and 'won' 150x). The candidate returns an unwritten torch.empty; the harness poisons freed memory with
+    NaN and runs the candidate after the reference, so the unwritten output cannot look right."""
+    assert_status(verdicts["stale_buffer"], "incorrect")
+
+
+def test_zero_output_on_tiny_values(verdicts):
+    """Zero outputs pass an absolute tolerance when the outputs are tiny (KernelBench's allclose with atol=1e-2
+    on outputs ~1e-6). Rejected by the relative-L2 bound."""
+    assert_status(verdicts["zero_output"], "incorrect", "relative L2")
+
+
+def test_nan_output(verdicts):
+    """NaN as a wildcard (equal_nan=True / NaN-tolerant max-error logic): NaN never passes."""
+    assert_status(verdicts["nan_output"], "incorrect", "NaN")
+
+
+def test_inf_output(verdicts):
+    """Inf outputs (Inf - Inf = NaN, relative errors Inf/Inf): Inf never passes."""
+    assert_status(verdicts["inf_output"], "incorrect", "Inf")
+
+
+def test_constant_output(verdicts):
+    """Constant outputs (pass on degenerate problems or loose absolute tolerances)."""
+    assert_status(verdicts["constant_output"], "incorrect")
+
+
+def test_caching_by_input_data_ptr(verdicts):
+    """Caching by input address: the same input objects reused across calls let a kernel return a cached
+    result. Caught by re-running with new values written into the same tensors (and fresh inputs per seed)."""
+    assert_status(verdicts["cache_data_ptr"], "incorrect")
+
+
+def test_caching_by_shape(verdicts):
+    """Caching by shape (one shape checked, results reused): fresh inputs per seed expose it."""
+    assert_status(verdicts["cache_shape"], "incorrect")
+
+
+def test_mutating_inputs(verdicts):
+    """Mutated inputs: a candidate that writes into its inputs changes what the reference sees."""
+    assert_status(verdicts["mutate_inputs"], "incorrect", "modified its inputs")
+
+
+def test_only_first_output_right(verdicts):
+    """Only the first output checked: every output is compared; the reason names the wrong one."""
+    assert_status(verdicts["first_output_only"], "incorrect", "output 1")
+
+
+def test_pure_pytorch_modelnew_is_rejected(verdicts):
+    """Pure-framework 'kernels': a ModelNew that just calls PyTorch is not a custom kernel."""
+    assert_status(verdicts["pure_pytorch"], "rejected", "must-launch")
+
+
+def test_compiled_but_never_called_is_rejected(verdicts):
+    """A kernel compiled for show but never launched is rejected like a pure-PyTorch ModelNew."""
+    assert_status(verdicts["compiled_never_called"], "rejected", "must-launch")
+
+
+def test_trivial_kernel_beside_pytorch_compute_is_flagged(verdicts):
+    """KNOWN LIMITATION: a do-nothing kernel launched once per call satisfies must-launch while PyTorch computes
+    the answer. Launch counting cannot tell it from an honest partial-kernel candidate (custom op + torch matmul),
+    so it stays `correct`, but the verdict warns that no output was written by a compiled kernel."""
+    v = verdicts["trivial_kernel_torch_compute"]
+    assert_status(v, "correct")
+    assert any("not written by" in w for w in v.warnings), v.warnings
+
+
+def test_tensor_subclass_output(verdicts):
+    """Outputs that lie about themselves: a torch.Tensor subclass overriding abs/detach/max to fool a
+    comparison written with tensor methods. Outputs must be plain tensors."""
+    assert_status(verdicts["tensor_subclass"], "incorrect", "subclass")
+
+
+def test_global_forward_hook_rewriting_the_reference(verdicts):
+    """A global forward hook (torch.nn.modules.module.register_module_forward_hook, a public API) fires on the
+    reference Model too and zeroes its output, so a candidate returning zeros 'matches'."""
+    assert_status(verdicts["global_forward_hook"], "rejected")
+
+
+def test_global_forward_hook_through_getattr(verdicts):
+    """The same hook reached with getattr and a constant name: the static rules resolve getattr like an
+    attribute, and the run-time check of global hooks backs them."""
+    assert_status(verdicts["global_forward_hook_getattr"], "rejected")
+
+
+def test_leaked_autocast(verdicts):
+    """Global torch state leaked out of forward (autocast held open by a suspended generator): the reference's
+    later runs would use reduced precision. Rejected by the check of global state after every candidate call."""
+    assert_status(verdicts["autocast_leak"], "rejected", "autocast")
+
+
+def test_wrong_shape(verdicts):
+    """Wrong output shape: incorrect, and the reason names the shapes."""
+    assert_status(verdicts["wrong_shape"], "incorrect", "shape", "[4096]", "[16, 256]")
+
+
+def test_wrong_dtype(verdicts):
+    """Wrong output dtype: incorrect, and the reason names the dtypes."""
+    assert_status(verdicts["wrong_dtype"], "incorrect", "dtype", "float64", "float32")
+
+
+# ------------------------------------------------------------------------------------------------ timing tricks
+
+def test_timer_patching_static(verdicts):
+    """Patched timers (time.perf_counter replaced): rejected statically (import and patching rules)."""
+    assert_status(verdicts["timer_patch_static"], "rejected", "time")
+
+
+def test_timer_patching_through_alias(verdicts):
+    """`t = torch.cuda.Event; t.elapsed_time = ...`: the alias is followed statically."""
+    assert_status(verdicts["timer_patch_alias"], "rejected", "elapsed_time")
+
+
+def test_timer_patching_at_run_time(verdicts):
+    """An alias no static check follows (a list element): the timer snapshot taken before import catches it."""
+    assert_status(verdicts["timer_patch_runtime"], "rejected", "elapsed_time")
+
+
+def test_tf32_is_rejected(verdicts):
+    """Precision drift: torch.backends.cuda.matmul.allow_tf32 = True is rejected statically."""
+    assert_status(verdicts["tf32"], "rejected", "torch.backends")
+
+
+def test_tf32_through_alias_is_rejected_at_run_time(verdicts):
+    """TF32 enabled through an alias the static check cannot follow: the precision snapshot catches it."""
+    assert_status(verdicts["tf32_runtime"], "rejected", "allow_tf32")
+
+
+def test_warmup_detection(verdicts):
+    """Warm-up detection: correct during the correctness checks (6 calls), garbage once timing starts. The
+    outputs of timed calls are checked against the reference's outputs on the same inputs."""
+    assert_status(verdicts["warmup_detect"], "incorrect", "timed call")
+
+
+def test_result_caching_during_timing(verdicts):
+    """Caching keyed by (address, version): passes the in-place rewrite, then in timing (where a harness reuses a
+    few input sets) skips its kernel on every call. Fresh input values per timed trial and must-launch counted in
+    timed calls stop the fake speedup."""
+    v = verdicts["cache_version_timing"]
+    assert v.status in ("rejected", "incorrect"), f"{v.status}: {v.reason}"
+
+
+# --------------------------------------------------------------------------------- threads, processes, dodges
+
+@pytest.mark.parametrize("name", ESCAPES)
+def test_threads_and_processes_are_rejected(verdicts, name):
+    """Background threads (lazy outputs that escape the timer) and subprocesses (the process, the files, the
+    secrets): threading, _thread, concurrent.futures, multiprocessing, subprocess, os.system."""
+    assert_status(verdicts[name], "rejected", "not allowed")
+
+
+@pytest.mark.parametrize("name", DODGES)
+def test_static_rule_dodges_are_rejected(verdicts, name):
+    """Dodges around the import rule: getattr(__import__('os'), 'system'), __builtins__, object.__subclasses__(),
+    importlib, eval, exec."""
+    assert_status(verdicts[name], "rejected", "not allowed")
+
+
+@pytest.mark.parametrize("name", NATIVE_OS)
+def test_native_os_access_is_rejected(verdicts, name):
+    """Native kernel source calling the OS: system(), getenv, /proc/self/environ, std::thread, fopen."""
+    assert_status(verdicts[name], "rejected", "native-no-os")
+
+
+def test_native_source_assembled_at_run_time_is_rejected(verdicts):
+    """The kernel source built from short pieces (no literal holds 'system('): the compile helper scans the
+    source it is actually given."""
+    assert_status(verdicts["native_concat_dodge"], "rejected", "system")
+
+
+def test_native_call_spelled_by_the_preprocessor_is_rejected(verdicts):
+    """system() spelled by token pasting (no textual scan sees it): the built library's imported symbols are
+    checked."""
+    assert_status(verdicts["native_token_paste"], "rejected", "system")
+
+
+def test_compiler_flag_injection_is_rejected(verdicts):
+    """`-wrapper /bin/sh,...` in extra_cflags would run a shell inside the trusted build: flags are allow-listed."""
+    assert_status(verdicts["native_flag_injection"], "rejected", "-wrapper")
+
+
+def test_include_of_absolute_path_is_rejected(verdicts):
+    """#include "/etc/..." would paste a file's contents into the compile log the agent sees."""
+    assert_status(verdicts["native_include_file"], "rejected", "include")
+
+
+# ------------------------------------------------------------------------------------------------------- secrets
+
+def test_native_read_of_parent_environ_is_rejected(verdicts):
+    """Secrets through /proc of the parent (the app holds the API key): native code opening /proc/<ppid>/environ
+    is rejected statically."""
+    assert_status(verdicts["native_ppid_environ"], "rejected", "/proc")
+
+
+def test_python_printing_environ_is_rejected(verdicts):
+    """A Python candidate printing os.environ is rejected (os is not importable)."""
+    assert_status(verdicts["python_print_environ"], "rejected", "'os'")
+
+
+SECRET_PARENT = r"""
+import json, os, sys
+from kforge_core.sandbox import run_child
+out = run_child({}, {}, timeout_s=60, memory_limit_mb=None, limit_address_space=False,
+                module="tests.candidates.sandbox.envdump")
+print(json.dumps({"result": out.result, "log": out.log[-2000:]}))
+"""
+
+
+def test_child_cannot_see_parent_secrets(tmp_path):
+    """Secrets in the environment are readable by candidate code, including through /proc of parent processes.
+    A parent started with OPENAI_API_KEY and MY_TOKEN in its environment runs a hostile child module: the
+    secrets are not in the child's environment, and the parent's /proc/<pid>/environ cannot be read (the parent
+    is non-dumpable and, when running as root, the child has no capabilities to override that)."""
+    from kforge_core.platform import REPO_ROOT
+
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test-secret", "MY_TOKEN": "tok-test-secret",
+           "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.run([sys.executable, "-c", SECRET_PARENT], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = report["result"]
+    assert result is not None, report["log"]
+    assert "OPENAI_API_KEY" not in result["environ"] and "MY_TOKEN" not in result["environ"]
+    assert not any("secret" in v for v in result["environ"].values())
+    assert "sk-test-secret" not in result.get("parent_environ", ""), "child read the parent's environment"
+    assert "parent_environ_error" in result
+
+
+# ---------------------------------------------------------------------------- crashes, hangs, exits, resources
+
+def test_python_infinite_loop_times_out(verdicts):
+    """An infinite loop in Python: `timeout`, the process group killed."""
+    v = verdicts["python_infinite_loop"]
+    assert_status(v, "timeout")
+    assert v.wall_s < 30
+
+
+def test_native_infinite_loop_times_out(verdicts):
+    """An infinite loop in native code (no Python signal handler can interrupt it): `timeout`."""
+    v = verdicts["native_infinite_loop"]
+    assert_status(v, "timeout")
+    assert v.wall_s < 30
+
+
+def test_native_segfault_is_a_runtime_error(verdicts):
+    """A segfault in a kernel kills the child, not the caller: runtime_error naming the signal."""
+    assert_status(verdicts["native_segfault"], "runtime_error", "SIGSEGV")
+
+
+def test_system_exit_is_a_runtime_error(verdicts):
+    """sys.exit-like exits (raise SystemExit(3)) cannot dodge a verdict."""
+    assert_status(verdicts["system_exit"], "runtime_error", "SystemExit")
+
+
+def test_huge_allocation_is_out_of_memory(verdicts):
+    """A huge allocation fails under the child's memory limit: runtime_error saying it ran out of memory."""
+    assert_status(verdicts["huge_alloc"], "runtime_error", "out of memory")
+
+
+def test_compile_error_points_to_candidate_line(verdicts):
+    """A C++ compile error: compile_error whose reason names the exact candidate line (13, where the undeclared
+    identifier is) and the compiler's message."""
+    v = verdicts["compile_error"]
+    assert_status(v, "compile_error", "candidate line 13", "undeclared_factor")
+    src = (HOSTILE / "compile_error.py").read_text().splitlines()
+    assert "undeclared_factor" in src[12]
+
+
+def test_python_syntax_error_points_to_line(verdicts):
+    """A Python syntax error: compile_error with the line."""
+    assert_status(verdicts["syntax_error"], "compile_error", "candidate line 11", "syntax")
+
+
+def test_missing_modelnew_is_a_runtime_error(verdicts):
+    """No ModelNew class: runtime_error that says so."""
+    assert_status(verdicts["missing_modelnew"], "runtime_error", "ModelNew")
+
+
+def test_forged_result_cannot_change_the_verdict(verdicts):
+    """A candidate printing a framed 'correct' result cannot guess the nonce: its (wrong) output is judged."""
+    v = verdicts["forged_result"]
+    assert_status(v, "incorrect")
+    assert "forged" not in v.reason
+
+
+CRASH_EVALS = int(os.environ.get("KFORGE_CRASH_EVALS", "30"))
+
+
+def test_caller_survives_many_crashing_evaluations():
+    """The app process survives a stream of crashing candidates (one child per candidate). CI runs 30
+    evaluations of a candidate that crashes at import, two at a time (~1.5 s each, mostly `import torch`);
+    KFORGE_CRASH_EVALS=100 runs the full hundred."""
+    c = REGISTRY["crash_at_import"]
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda _: run_case(c), range(CRASH_EVALS)))
+    elapsed = time.monotonic() - start
+    assert all(v.status == "runtime_error" and "crashes at import" in v.reason for v in results), \
+        {v.status + ": " + v.reason for v in results}
+    assert elapsed < 90, f"{CRASH_EVALS} crashing evaluations took {elapsed:.1f} s"
+    print(f"{CRASH_EVALS} crashing evaluations in {elapsed:.1f} s")

@@ -1,0 +1,143 @@
+"""Problems (KernelBench format): static checks in the caller, dynamic checks in an evaluation child."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from candidates.evalkit import PROBLEMS
+from kforge_core.errors import ProblemError, UsageError
+from kforge_core.problem import load_problem, validate_problem
+
+GOOD = (PROBLEMS / "swish_small.py").read_text()
+
+
+def make(forward: str, inputs: str = "[torch.randn(8, 16)]", init: str = "[]", extra: str = "") -> str:
+    return textwrap.dedent(f"""\
+        import torch
+        import torch.nn as nn
+        {extra}
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+
+            def forward(self, x):
+                {forward}
+
+
+        def get_inputs():
+            return {inputs}
+
+
+        def get_init_inputs():
+            return {init}
+        """)
+
+
+# ------------------------------------------------------------------------------------------------------- static
+
+def test_load_from_file():
+    p = load_problem(path=PROBLEMS / "swish_small.py")
+    assert p.name == "swish_small" and p.path is not None and "Swish" in p.description
+    assert p.source == GOOD
+
+
+def test_load_from_text():
+    p = load_problem(text=GOOD)
+    assert p.name.startswith("pasted_") and p.path is None
+    assert p.digest == load_problem(text=GOOD).digest
+
+
+def test_file_and_text_together_or_neither_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError):
+        load_problem()
+    with pytest.raises(UsageError):
+        load_problem(path=PROBLEMS / "swish_small.py", text=GOOD)
+    with pytest.raises(UsageError):
+        load_problem(path=tmp_path / "missing.py")
+
+
+def test_syntax_error_reports_line():
+    text = GOOD.replace("def get_inputs():", "def get_inputs(:")
+    line = text.splitlines().index("def get_inputs(:") + 1
+    with pytest.raises(ProblemError) as e:
+        load_problem(text=text)
+    assert e.value.line == line and "syntax" in str(e.value)
+
+
+def test_empty_problem():
+    with pytest.raises(ProblemError, match="empty"):
+        load_problem(text="   \n")
+
+
+@pytest.mark.parametrize("missing", ["Model", "get_inputs", "get_init_inputs"])
+def test_missing_required_names(missing):
+    renamed = {"Model": ("class Model(", "class Modle("), "get_inputs": ("def get_inputs(", "def get_input("),
+               "get_init_inputs": ("def get_init_inputs(", "def get_init_input(")}[missing]
+    with pytest.raises(ProblemError, match=f"missing {missing}"):
+        load_problem(text=GOOD.replace(*renamed))
+
+
+def test_model_without_forward():
+    with pytest.raises(ProblemError, match="no forward"):
+        load_problem(text=GOOD.replace("def forward(", "def forwrd("))
+
+
+def test_wrong_kind_of_required_name():
+    text = GOOD.replace("def get_init_inputs():\n    return [features]", "get_init_inputs = [features]")
+    with pytest.raises(ProblemError, match="get_init_inputs must be a function"):
+        load_problem(text=text)
+
+
+# ------------------------------------------------------------------------------------------------------ dynamic
+
+def test_validate_good_problem():
+    report = validate_problem(load_problem(text=GOOD), "cpu", timeout_s=60)
+    assert report.inputs == ["float32[16, 256] cpu"] and report.outputs == ["float32[16, 256] cpu"]
+    assert report.warnings == [] and report.reference_ms is not None
+
+
+@pytest.mark.parametrize("inputs, what", [("[torch.randn(4), 'abc']", "str"),
+                                          ("[{'x': torch.randn(4)}]", "dict")])
+def test_non_tensor_inputs(inputs, what):
+    """Inputs must be tensors (or lists of them) and Python numbers: a string or a dict is a ProblemError."""
+    text = make("return x", inputs=inputs)
+    with pytest.raises(ProblemError, match=what):
+        validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+
+
+def test_reference_that_raises():
+    text = make("raise ValueError('reference is broken')")
+    with pytest.raises(ProblemError, match="reference is broken"):
+        validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+
+
+def test_non_deterministic_reference():
+    """A reference that draws random numbers in forward cannot judge anything."""
+    text = make("return x + torch.rand_like(x)")
+    with pytest.raises(ProblemError, match="not deterministic"):
+        validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+
+
+def test_degenerate_reference_warns():
+    """Output independent of the inputs (the sum of a softmax is 1): a warning, since a constant would pass."""
+    text = make("return torch.softmax(x, dim=-1).sum(dim=-1)")
+    report = validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+    assert any("degenerate" in w for w in report.warnings), report.warnings
+
+
+def test_reference_producing_nan():
+    text = make("return torch.log(x - 100.0)")
+    with pytest.raises(ProblemError, match="NaN"):
+        validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+
+
+def test_evaluate_raises_problem_error_for_a_broken_problem():
+    """evaluate() on an unusable problem raises ProblemError (it is not the candidate's verdict)."""
+    from kforge_core.evaluator import EvalOptions, evaluate
+
+    text = make("raise ValueError('reference is broken')")
+    with pytest.raises(ProblemError, match="reference is broken"):
+        evaluate(load_problem(text=text), "class ModelNew: pass\n", "cpu", EvalOptions(timing=False))

@@ -1,0 +1,103 @@
+"""The evaluation child's sandbox: environment scrubbing, process-group timeouts, nonce framing."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from kforge_core import sandbox
+from kforge_core.sandbox import _unframe, child_environment, run_child
+
+
+def test_child_environment_strips_secrets(monkeypatch, tmp_path):
+    """Credentials never reach the child: by name pattern (*_KEY, *_TOKEN, *SECRET*, OPENAI_*, ...) even when the
+    name is on the allow-list (KFORGE_*, TORCH_*), and anything not on the allow-list is dropped."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("MY_TOKEN", "tok-test-secret")
+    monkeypatch.setenv("KFORGE_API_KEY", "kf-test-secret")
+    monkeypatch.setenv("TORCH_HUB_TOKEN", "hub-test-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-test-secret")
+    monkeypatch.setenv("DATABASE_PASSWORD", "pw-test-secret")
+    monkeypatch.setenv("SOME_UNRELATED_SETTING", "x")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    env = child_environment(tmp_path)
+    assert not any("secret" in v for v in env.values()), {k for k, v in env.items() if "secret" in v}
+    for name in ("OPENAI_API_KEY", "MY_TOKEN", "KFORGE_API_KEY", "TORCH_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY",
+                 "DATABASE_PASSWORD", "SOME_UNRELATED_SETTING"):
+        assert name not in env
+    assert env["OMP_NUM_THREADS"] == "2"
+    assert env["HOME"] == str(tmp_path)
+    assert "PATH" in env and env["KFORGE_CACHE_DIR"]
+
+
+def test_run_child_environment_has_no_secrets(monkeypatch):
+    """End to end through run_child: the child process itself does not see the parent's secrets."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("MY_TOKEN", "tok-test-secret")
+    out = run_child({}, {}, timeout_s=60, memory_limit_mb=None, limit_address_space=False,
+                    module="tests.candidates.sandbox.envdump")
+    assert out.result is not None, out.log
+    assert "OPENAI_API_KEY" not in out.result["environ"] and "MY_TOKEN" not in out.result["environ"]
+
+
+def _dead(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return any(line.startswith("State:") and ("Z" in line or "X" in line) for line in status.splitlines())
+
+
+def test_timeout_kills_the_process_group(tmp_path):
+    """On timeout the whole process group dies: a grandchild `sleep 300` started by the child dies too."""
+    pid_file = tmp_path / "grandchild.pid"
+    start = time.monotonic()
+    out = run_child({"pid_file": str(pid_file)}, {}, timeout_s=5, memory_limit_mb=None, limit_address_space=False,
+                    module="tests.candidates.sandbox.sleeper")
+    assert out.timed_out and out.result is None
+    assert time.monotonic() - start < 20
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while not _dead(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _dead(pid), f"grandchild {pid} survived the timeout"
+
+
+def test_unframe_needs_the_nonce():
+    """Only output framed by this run's nonce counts; forged frames and frames with another nonce are ignored."""
+    nonce = "a" * 32
+    forged = '<<0123>>{"status": "correct"}<</0123>>'
+    assert _unframe(forged, nonce) is None
+    assert _unframe('<<>>{"status": "correct"}<</>>', nonce) is None
+    real = f'<<{nonce}>>{{"status": "incorrect"}}<</{nonce}>>'
+    assert _unframe(forged + real, nonce) == {"status": "incorrect"}
+    assert _unframe(f"<<{nonce}>>not json<</{nonce}>>", nonce) is None
+
+
+def test_forged_frames_printed_by_the_child_are_ignored():
+    """A child that prints framed 'correct' results under guessed nonces gives the caller no result at all."""
+    out = run_child({}, {}, timeout_s=60, memory_limit_mb=None, limit_address_space=False,
+                    module="tests.candidates.sandbox.forger")
+    assert out.result is None
+    assert out.returncode == 0 and not out.timed_out
+
+
+def test_caller_is_non_dumpable_after_run_child():
+    """The caller makes itself non-dumpable, so same-user processes cannot read its /proc/<pid>/environ."""
+    import ctypes
+
+    run_child({}, {}, timeout_s=60, memory_limit_mb=None, limit_address_space=False,
+              module="tests.candidates.sandbox.envdump")
+    libc = ctypes.CDLL(None)
+    assert libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+
+
+def test_every_run_gets_a_fresh_nonce():
+    """Every run gets a new random nonce, so a result cannot be replayed or predicted."""
+    nonces = []
+    for _ in range(2):
+        out = run_child({}, {}, timeout_s=60, memory_limit_mb=None, limit_address_space=False,
+                        module="tests.candidates.sandbox.envdump")
+        nonces.append(out.result["nonce"])
+    assert nonces[0] != nonces[1] and all(len(n) == 32 for n in nonces)
