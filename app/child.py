@@ -1,10 +1,10 @@
 """Work the app hands to a child process: anything that imports torch or runs user code.
 
 The app process stays light and safe: platform discovery (CUDA and Triton availability need torch), running a
-pasted reference once, creating a run (it checks the target through discovery) and measuring ceilings all happen in `python -m app.child <job>`, which reads a JSON request
-on stdin and writes one JSON answer on its last stdout line: {"ok": true, "result": ...} or {"ok": false,
-"error": "one line"}. A typed KForgeError becomes that one line; anything else is a bug and keeps its traceback on
-stderr, whose last line is reported.
+pasted reference once, creating a run (it checks the target through discovery) and measuring ceilings all happen
+in `python -m app.child <job>`, which reads a JSON request on stdin and writes one JSON answer on its last stdout
+line: {"ok": true, "result": ...} or {"ok": false, "error": "one line"}. A typed KForgeError becomes that one line;
+anything else is a bug and keeps its traceback on stderr, whose last line is reported.
 """
 
 from __future__ import annotations

@@ -91,7 +91,8 @@ def program_extracted(event: dict, ctx: RenderContext) -> None:
     if data.get("notes"):
         st.caption(data["notes"])
     kernels = kernel_sources(code)
-    st.markdown(f"**Program** (Python{', with ' + str(len(kernels)) + ' kernel source' + ('s' if len(kernels) > 1 else '') if kernels else ''})")
+    with_kernels = f", with {len(kernels)} kernel source{'s' if len(kernels) > 1 else ''}" if kernels else ""
+    st.markdown(f"**Program** (Python{with_kernels})")
     _html(to_html(code, data.get("language") or "python"))
     for name, first_line, source in kernels:
         st.markdown(f"**Kernel source** `{name}` ({ctx.kernel_language}, program lines {first_line}–"
@@ -117,13 +118,13 @@ def diff(event: dict, ctx: RenderContext) -> None:
     data = event["data"]
     text = data.get("unified_diff") or ""
     against = data.get("against_iteration")
-    st.caption(f"Changes against iteration #{against}" if against is not None else "Changes against the previous program")
+    base = f"iteration #{against}" if against is not None else "the previous program"
     if not text.strip():
-        st.info("Identical to the previous program.")
+        st.info(f"Identical to {base}.")
         return
     added = sum(1 for line in text.splitlines() if line.startswith("+") and not line.startswith("+++"))
     removed = sum(1 for line in text.splitlines() if line.startswith("-") and not line.startswith("---"))
-    st.markdown(f":green[+{added}] :red[−{removed}] lines")
+    st.markdown(f"Changes against {base}: :green[**+{added}**] :red[**−{removed}**] lines")
     _html(to_html(text, "diff", line_numbers=False))
 
 
@@ -157,7 +158,8 @@ def verdict(event: dict, ctx: RenderContext) -> None:
         st.dataframe([{"check": c.get("name"), "passed": bool(c.get("passed")), "detail": c.get("detail", "")}
                       for c in checks], hide_index=True, width="stretch")
     if v.get("kernel_launches"):
-        st.caption("Kernel launches per forward: " + ", ".join(f"`{k}` × {n}" for k, n in v["kernel_launches"].items()))
+        launches = ", ".join(f"`{k}` × {n}" for k, n in v["kernel_launches"].items())
+        st.caption(f"Kernel launches per forward: {launches}")
     if v.get("log_tail"):
         with st.expander("What the program printed (last lines)"):
             _html(plain_html(v["log_tail"]))
@@ -251,6 +253,7 @@ def recommendations(event: dict, ctx: RenderContext) -> None:
             st.markdown(d["text"])
 
 
+# Model I/O keeps the conversation in the order it happened: prompt, streamed answer, usage; then the next call.
 @renders(EventKind.PROMPT_SENT, tab="Model I/O", order=10)
 def prompt_sent(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
@@ -274,7 +277,7 @@ def prompt_sent(event: dict, ctx: RenderContext) -> None:
             _html(plain_html(text))
 
 
-@renders(EventKind.TOKENS, tab="Model I/O", order=20)
+@renders(EventKind.TOKENS, tab="Model I/O", order=10)
 def tokens(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     text = d.get("text") or ""
@@ -306,8 +309,9 @@ def run_created(event: dict, ctx: RenderContext) -> None:
 @renders(EventKind.PASS_STARTED)
 def pass_started(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
-    _line(event, f"**{str(d.get('pass', '')).capitalize()} pass** started (up to {d.get('max_iterations', '?')} "
-                 "iterations)")
+    n = d.get("max_iterations")
+    _line(event, f"**{str(d.get('pass', '')).capitalize()} pass** started (up to {n if n is not None else '?'} "
+                 f"iteration{'' if n == 1 else 's'})")
 
 
 @renders(EventKind.ITERATION_FINISHED)
@@ -327,11 +331,13 @@ def best_updated(event: dict, ctx: RenderContext) -> None:
                  f"({fmt_x(d.get('speedup_vs_eager'))} vs eager, {fmt_x(d.get('speedup_vs_compiled'))} vs compile)")
 
 
-@renders(EventKind.USAGE, tab="Model I/O", order=30)
+@renders(EventKind.USAGE, tab="Model I/O", order=10)
 def usage(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
-    _line(event, f"Tokens: +{fmt_tokens(d.get('prompt_tokens'))} prompt, +{fmt_tokens(d.get('completion_tokens'))} "
-                 "completion")
+    took = f" in {d['latency_s']:.1f} s" if isinstance(d.get("latency_s"), (int, float)) else ""
+    estimated = " (estimated)" if d.get("estimated") else ""
+    st.caption(f"{fmt_tokens(d.get('prompt_tokens'))} prompt + {fmt_tokens(d.get('completion_tokens'))} completion "
+               f"tokens{estimated}{took}")
 
 
 @renders(EventKind.RUN_FINISHED)

@@ -20,7 +20,7 @@ from kforge_core.store import RunNotFound
 
 from . import services
 from .chart import figure
-from .formatting import (VERDICT_STYLE, fmt_cost, fmt_duration, fmt_ms, fmt_tokens, fmt_when, fmt_x, parse_ts,
+from .formatting import (fmt_cost, fmt_duration, fmt_ms, fmt_tokens, fmt_when, fmt_x, parse_ts,
                          run_badge, verdict_badge, verdict_icon)
 from .navigation import page_path
 from .renderers import EMPTY, TABS, RenderContext, order_of, render, tab_of
@@ -73,7 +73,7 @@ def _body(run_id: str, was_live: bool) -> None:
         st.error(f"Could not read the run store: {exc}", icon=":material/database:")
         return
     live = run["status"] in LIVE_STATUSES
-    target = services.target_info(run["target"])
+    target = services.target_info(run["target"], wait=False)
     ctx = RenderContext(state=state, kernel_language=target.kernel_language if target else "cpp")
 
     _header(run, state, live)
@@ -85,7 +85,7 @@ def _body(run_id: str, was_live: bool) -> None:
     with left:
         points = chart_points(state)
         if any(p["candidate_ms"] is not None or p["status"] for p in points):
-            st.plotly_chart(figure(points), key=f"kf-chart:{run_id}", config={"displayModeBar": False})
+            st.plotly_chart(_figure(points), key=f"kf-chart:{run_id}", config={"displayModeBar": False})
         else:
             st.info("The chart fills in as iterations are evaluated: time per iteration against eager PyTorch and "
                     "torch.compile, and the speedups.", icon=":material/monitoring:")
@@ -104,6 +104,17 @@ def _body(run_id: str, was_live: bool) -> None:
         st.rerun(scope="app")  # re-register the fragment without run_every: polling stops
 
 
+def _figure(points: list[dict[str, Any]]):
+    """The chart, rebuilt only when its points changed: building a plotly figure costs ~30 ms of CPU (most of a
+    poll's work), and most polls bring streamed text, not new measurements."""
+    key = repr(points)
+    cached = st.session_state.get("kf-figure")
+    if cached is None or cached[0] != key:
+        cached = (key, figure(points))
+        st.session_state["kf-figure"] = cached
+    return cached[1]
+
+
 # --------------------------------------------------------------------------------------------------- header
 
 def agent_label(run: dict[str, Any]) -> str:
@@ -112,13 +123,13 @@ def agent_label(run: dict[str, Any]) -> str:
         return BUILTIN_LABEL
     model = run.get("model") or "model"
     analysis = run.get("analysis_model")
-    endpoint = config.get("base_url") or "default endpoint"
-    both = f"{model}" + (f" (analysis: {analysis})" if analysis and analysis != model else "")
+    endpoint = f"`{config['base_url']}`" if config.get("base_url") else "the configured endpoint"
+    both = f"`{model}`" + (f" (analysis: `{analysis}`)" if analysis and analysis != model else "")
     return f"{both} @ {endpoint}"
 
 
 def _header(run: dict[str, Any], state: RunState, live: bool) -> None:
-    target = services.target_info(run["target"])
+    target = services.target_info(run["target"], wait=False)
     title_col, actions = st.columns([3, 2], vertical_alignment="bottom")
     with title_col:
         st.markdown(f"### {run['problem_name']}  {run_badge(run['status'])}")
@@ -146,13 +157,17 @@ def _header(run: dict[str, Any], state: RunState, live: bool) -> None:
 
 
 def _best_code(run: dict[str, Any]) -> str | None:
+    """The best program's code, read once per new best (not on every poll)."""
     if run.get("best_iteration") is None:
         return None
-    try:
-        with services.store() as s:
-            return s.get_iteration(run["id"], run["best_iteration"]).get("code")
-    except KForgeError:
-        return None
+    key = f"kf-best-code:{run['id']}:{run['best_iteration']}"
+    if key not in st.session_state:
+        try:
+            with services.store() as s:
+                st.session_state[key] = s.get_iteration(run["id"], run["best_iteration"]).get("code")
+        except KForgeError:
+            return None
+    return st.session_state[key]
 
 
 def _cancel(run_id: str) -> None:
@@ -215,9 +230,12 @@ def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
     cols[2].metric("Best time", fmt_ms(run.get("best_candidate_ms")),
                    help=f"iteration #{best_it}" if best_it is not None else "no correct program yet")
     cols[3].metric("Iterations", f"{done}" + (f" / {budget}" if budget else ""))
-    cols[4].metric("Tokens", f"{fmt_tokens(prompt_tokens)} / {fmt_tokens(completion_tokens)}",
-                   help="prompt / completion tokens, all agents" + ("" if cost else
-                        "; set prices per 1M tokens in Settings to see the cost"))
+    if run.get("agent") == "builtin" and not (prompt_tokens or completion_tokens):
+        cols[4].metric("Tokens", "none", help="the built-in synthesizer uses no LLM")
+    else:
+        cols[4].metric("Tokens", f"{fmt_tokens(prompt_tokens)} / {fmt_tokens(completion_tokens)}",
+                       help="prompt / completion tokens, all agents" + ("" if cost else
+                            "; set prices per 1M tokens in Settings to see the cost"))
     cols[5].metric("Wall time", fmt_duration(_wall_s(run, live)),
                    help=f"cost {cost}" if cost else "set prices per 1M tokens in Settings to see the cost")
     if cost:
@@ -236,33 +254,40 @@ def _label(state: RunState, index: int) -> str:
 
 
 def _timeline(run: dict[str, Any], state: RunState) -> int | None:
-    """The iterations as a row of buttons (F = functional pass, O = optimization pass, icon = verdict). Follows the
-    newest iteration until the user picks an older one; picking the newest again resumes following."""
+    """The iterations as a row of buttons (F = functional pass, O = optimization pass, icon = verdict), the selected
+    one highlighted. Follows the newest iteration until the user picks an older one; picking the newest again
+    resumes following. Plain buttons rather than a selection widget: a widget's value would have to be re-synced
+    with the browser each time an iteration appears during polling."""
     options = sorted(state.iterations)
     if not options:
         st.caption("Waiting for the first iteration…" if run["status"] in LIVE_STATUSES else "This run has no "
                    "iterations.")
         return None
-    key, follow_key, pick_key = (f"kf-timeline:{run['id']}", f"kf-follow:{run['id']}", f"kf-pick:{run['id']}")
+    follow_key, pick_key = f"kf-follow:{run['id']}", f"kf-pick:{run['id']}"
     latest = options[-1]
-    st.session_state["kf-latest:" + run["id"]] = latest
-    follow = st.session_state.get(follow_key, True)
     picked = st.session_state.get(pick_key)
-    selected = latest if follow or picked not in options else picked
-    st.session_state[key] = selected
+    selected = latest if st.session_state.get(follow_key, True) or picked not in options else picked
 
-    def on_pick() -> None:
-        value = st.session_state.get(key)
-        newest = st.session_state.get("kf-latest:" + run["id"])
-        st.session_state[pick_key] = value
-        st.session_state[follow_key] = value is None or value == newest
+    def pick(index: int, newest: int) -> None:
+        st.session_state[pick_key] = index
+        st.session_state[follow_key] = index == newest
 
-    passes = " · ".join(f"**{p['pass'].capitalize()}** (up to {p.get('max_iterations', '?')})" for p in state.passes)
-    st.segmented_control(f"Iterations — {passes}" if passes else "Iterations", options, format_func=lambda i:
-                         _label(state, i), key=key, on_change=on_pick, required=True, width="stretch",
-                         help="F = functional pass (make it correct), O = optimization pass (make it fast). "
-                              "The newest iteration is followed until you pick another.")
-    return st.session_state.get(key, selected)
+    passes = " · ".join(f"**{p['pass'].capitalize()}** (up to {_n(p.get('max_iterations'), 'iteration')})"
+                        for p in state.passes)
+    st.markdown(f"Iterations — {passes}" if passes else "Iterations",
+                help="F = functional pass (make it correct), O = optimization pass (make it fast). The newest "
+                     "iteration is followed until you pick another; pick the newest again to follow.")
+    with st.container(horizontal=True, wrap=True, gap="small", key=f"kf-timeline:{run['id']}"):
+        for index in options:
+            st.button(_label(state, index), key=f"kf-it:{run['id']}:{index}", on_click=pick, args=(index, latest),
+                      type="primary" if index == selected else "secondary")
+    return selected
+
+
+def _n(count: int | None, noun: str) -> str:
+    if count is None:
+        return f"? {noun}s"
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _writing_box(state: RunState) -> None:
@@ -284,10 +309,12 @@ def _iteration_detail(run: dict[str, Any], state: RunState, index: int, ctx: Ren
     status = verdict_badge(it.status) if it.status else verdict_badge("running")
     speed = (f" · **{fmt_x(it.speedup_vs_eager)}** vs eager, **{fmt_x(it.speedup_vs_compiled)}** vs torch.compile · "
              f"{fmt_ms(it.candidate_ms)}" if it.candidate_ms is not None else "")
-    st.markdown(f"#### Iteration #{index} <span class='kf-when'>{pass_text}</span>", unsafe_allow_html=True)
-    st.markdown(f"{status}{speed}")
+    reason = ""
     if it.reason and it.status not in (None, "correct"):
-        st.caption(it.reason[:600])
+        first = it.reason.splitlines()[0]
+        reason = " · " + (first[:157] + "…" if len(first) > 160 else first)
+    st.markdown(f"#### Iteration #{index} <span class='kf-when'>{pass_text}</span>", unsafe_allow_html=True)
+    st.markdown(f"{status}{speed}{reason}")
     by_tab: dict[str, list[dict]] = {name: [] for name in TABS}
     for event in it.events:
         by_tab[tab_of(event)].append(event)
@@ -316,4 +343,4 @@ def _inputs(run: dict[str, Any]) -> None:
             st.html(to_html(run["reference_program"], "python"))
 
 
-__all__ = ["show", "poll", "agent_label", "config_from_run", "VERDICT_STYLE"]
+__all__ = ["show", "poll", "agent_label", "config_from_run"]

@@ -140,7 +140,13 @@ def targets() -> list[TargetInfo]:
         return []
 
 
-def target_info(name: str | None) -> TargetInfo | None:
+def target_info(name: str | None, wait: bool = True) -> TargetInfo | None:
+    """One target's info. `wait=False` answers None while discovery is still running (the run view then shows the
+    target's name and highlights kernels as C++ rather than make a stored run wait seconds for its first paint)."""
+    if not wait:
+        future = start_target_discovery()
+        if not future.done() or future.exception() is not None:
+            return None
     return next((t for t in targets() if t.name == name), None)
 
 

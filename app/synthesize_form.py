@@ -17,7 +17,7 @@ from typing import Any
 
 import streamlit as st
 
-from kforge_core.errors import KForgeError, ProblemError
+from kforge_core.errors import ProblemError
 from kforge_core.gallery import list_problems
 from kforge_core.llm import LLMConfig, LLMConfigError, check_endpoint, sniff_image_type
 from kforge_core.problem import Problem, load_problem
@@ -97,6 +97,8 @@ def problem_section() -> ProblemChoice | None:
                                 label_visibility="collapsed")
     source, name = "", None
     if mode == "Paste":
+        st.button("Insert an example", icon=":material/lightbulb:", key="kf-example", on_click=_insert_example,
+                  help="the CPU target's single-shot example: swish with a bias")
         source = st.text_area("Paste a KernelBench-format module: `class Model(nn.Module)`, `get_inputs()`, "
                               "`get_init_inputs()`", height=300, key="kf-paste", placeholder=PLACEHOLDER,
                               persist_state="session")
@@ -108,9 +110,12 @@ def problem_section() -> ProblemChoice | None:
             st.warning("The gallery is empty (assets/problems/ is missing).")
             return None
         by_name = {p.name: p for p in gallery}
+        def describe(n: str) -> str:
+            p = by_name[n]
+            return f"Level {p.level} · {p.title}" + (f" — {p.description}" if p.description else "")
+
         picked = st.selectbox("Gallery problem", list(by_name), key="kf-gallery", persist_state="session",
-                              format_func=lambda n: f"Level {by_name[n].level} · {by_name[n].title}"
-                                                    + (f" — {by_name[n].description}" if by_name[n].description else ""))
+                              format_func=describe)
         problem = by_name[picked]
         source, name = problem.source, picked.replace("/", "_")
         with st.expander("Source"):
@@ -139,6 +144,13 @@ def problem_section() -> ProblemChoice | None:
         st.success(f"**{choice.problem.name}**: Model, get_inputs and get_init_inputs found{desc}",
                    icon=":material/check_circle:")
     return choice
+
+
+def _insert_example() -> None:
+    from kforge_core.platform import EXAMPLES_DIR
+
+    st.session_state["kf-paste"] = (EXAMPLES_DIR / "cpu" / "problem.py").read_text()
+    st.session_state["kf-paste-name"] = "swish_bias"
 
 
 def _escape(text: str) -> str:
@@ -196,9 +208,9 @@ def target_section() -> services.TargetInfo | None:
     else:
         st.error("No target is available on this machine; see why below.", icon=":material/error:")
     if unavailable:
-        by_name = {t.name: t for t in unavailable}
+        missing = {t.name: t for t in unavailable}
         st.radio("Not available on this machine", [t.name for t in unavailable], index=None, disabled=True,
-                 key="kf-target-unavailable", format_func=lambda n: by_name[n].title,
+                 key="kf-target-unavailable", format_func=lambda n: missing[n].title,
                  captions=[t.reason for t in unavailable])
     return chosen
 
@@ -225,7 +237,7 @@ def agent_section() -> AgentChoice:
         st.warning(f"{cfg_error}. Using the built-in synthesizer until it is fixed (Settings).",
                    icon=":material/warning:")
     configured = cfg is not None and cfg.is_configured
-    labels = {"builtin": f"Built-in synthesizer — {BUILTIN_LABEL}",
+    labels = {"builtin": f"Built-in synthesizer ({BUILTIN_LABEL})",
               "llm": "LLM agents — an OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, LM Studio, OpenRouter…)"}
     agent = st.radio("Who writes and analyses the kernels", list(labels), format_func=labels.get,
                      index=1 if configured else 0, key="kf-agent", persist_state="session",
@@ -274,6 +286,9 @@ def show_endpoint_check(choice: AgentChoice, test_call: bool) -> bool:
     latency = f" in {result.latency_s:.2f} s" if result.latency_s is not None else ""
     st.success(f"{result.endpoint} answered{latency}; model `{result.model}`"
                + (" is listed" if result.model_listed else ""), icon=":material/cloud_done:")
+    if result.models:
+        st.caption(f"{len(result.models)} model(s) served there: " + ", ".join(f"`{m}`" for m in result.models[:40])
+                   + (" …" if len(result.models) > 40 else ""))
     for note in result.notes:
         st.caption(note)
     return True
@@ -325,10 +340,10 @@ def advanced_section(choice: ProblemChoice | None, target: services.TargetInfo |
     size_class: str | None = None
     cpu_ok = bool(choice and choice.has_cpu_sizes)
     if sizes == "CPU sizes (CPU_SIZES)":
-        if not cpu_ok:
-            st.error("This module has no CPU_SIZES dict, so there are no CPU sizes to apply.",
-                     icon=":material/error:")
-        size_class = "cpu"
+        if cpu_ok:
+            size_class = "cpu"
+        elif choice is not None and choice.problem is not None:
+            st.warning("This module has no CPU_SIZES dict, so its own sizes are used.", icon=":material/warning:")
     elif sizes == "auto" and cpu_ok and target is not None and target.device_type == "cpu":
         size_class = "cpu"
     return dict(tolerance=tolerance, size_class=size_class, eval_timeout_s=float(timeout),

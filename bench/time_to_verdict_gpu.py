@@ -1,5 +1,5 @@
-"""Time to verdict on the GPU targets: full `evaluate()` calls (child start to verdict: all seeds, timing, and by
-default the eager + torch.compile baselines), median of --runs, for
+"""Time to verdict on the GPU targets: full `evaluate()` calls (child start to verdict: build, 5 seeds of correctness
+checks, timing of candidate and eager reference), median of --runs, for
 
   (a)  NVRTC candidate, cold compile   platforms/examples/cuda/candidate.py, a unique token in its kernel source
   (a') NVRTC candidate, cached         the same file unchanged (cache warmed first)
@@ -7,11 +7,14 @@ default the eager + torch.compile baselines), median of --runs, for
   (c)  load_inline, cached build       the fixture unchanged (cache warmed first)
   (d)  Triton candidate, cold JIT      platforms/examples/triton/candidate.py, a unique comment in the kernel
   (d') Triton candidate, cached        the same file unchanged (Triton's cache warmed first)
+  (af) as (a), plus the torch.compile baseline (EvalOptions() defaults, as bench/time_to_verdict.py times)
 
-    python bench/time_to_verdict_gpu.py [--runs 5] [--cases a,a2,b,c,d,d2] [--no-baselines] [--out DIR]
+    python bench/time_to_verdict_gpu.py [--runs 5] [--cases a,a2,b,c,d,d2,af] [--baselines] [--out DIR]
 
-Cold variants get a fresh hash per run, so only the candidate's build is cold: torch.compile's cache, the measured
-ceilings and the child's imports are warm for every variant alike (one warm-up evaluation first, not counted).
+The torch.compile baseline is off by default here (--baselines turns it on for every case): it costs the same for
+every candidate of a problem, whatever its format, and would only add a constant to each row. Cold variants get a
+fresh hash per run, so only the candidate's build is cold: torch.compile's cache, the measured ceilings and the
+child's imports are warm for every variant alike (one warm-up evaluation first, not counted).
 """
 
 from __future__ import annotations
@@ -52,14 +55,60 @@ def _triton(token: str | None) -> str:
     return src if token is None else src.replace(marker, f"    # {token}\n{marker}", 1)
 
 
-CASES = {  # key: (label, target, source maker, cold?)
-    "a": ("(a) NVRTC candidate, cold compile", "cuda", _nvrtc, True),
-    "a2": ("(a') NVRTC candidate, cached", "cuda", _nvrtc, False),
-    "b": ("(b) load_inline, cold build", "cuda", _inline, True),
-    "c": ("(c) load_inline, cached build", "cuda", _inline, False),
-    "d": ("(d) Triton candidate, cold JIT", "triton", _triton, True),
-    "d2": ("(d') Triton candidate, cached", "triton", _triton, False),
+CASES = {  # key: (label, target, source maker, cold?, torch.compile baseline forced on?)
+    "a": ("(a) NVRTC candidate, cold compile", "cuda", _nvrtc, True, False),
+    "a2": ("(a') NVRTC candidate, cached", "cuda", _nvrtc, False, False),
+    "b": ("(b) load_inline, cold build", "cuda", _inline, True, False),
+    "c": ("(c) load_inline, cached build", "cuda", _inline, False, False),
+    "d": ("(d) Triton candidate, cold JIT", "triton", _triton, True, False),
+    "d2": ("(d') Triton candidate, cached", "triton", _triton, False, False),
+    "af": ("(af) NVRTC cold + torch.compile baseline", "cuda", _nvrtc, True, True),
 }
+
+
+_PROFILED_CHILD = r"""
+import cProfile, os, sys
+prof = cProfile.Profile()
+real_exit = os._exit
+def _exit(code):
+    from kforge_core.harness import guards
+    with guards.trusted():  # switching the profiler off is audited (sys.setprofile)
+        prof.disable()
+        prof.dump_stats(sys.argv[1])
+    real_exit(code)
+os._exit = _exit
+prof.enable()
+from kforge_core.harness import child
+child.main()
+"""
+
+
+def _breakdown(problem_path: Path, source: str, target: str, out: str | None, baselines: bool) -> str:
+    """One evaluation child run under cProfile (same request and environment as evaluate()): where the time goes."""
+    import dataclasses
+    import pstats
+    import tempfile
+
+    from kforge_core.sandbox import child_environment
+
+    workdir = Path(tempfile.mkdtemp(prefix="kforge-breakdown-"))
+    (workdir / "problem.py").write_text(problem_path.read_text())
+    (workdir / "candidate.py").write_text(source)
+    opts = {k: v for k, v in dataclasses.asdict(EvalOptions(baselines=baselines)).items()
+            if k not in ("timeout_s", "memory_limit_mb")}
+    request = {"mode": "evaluate", "target": target, **opts, "nonce": uuid.uuid4().hex, "workdir": str(workdir)}
+    prof_path = workdir / "child.prof"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", _PROFILED_CHILD, str(prof_path)], input=json.dumps(request).encode(),
+                   cwd=workdir, env=child_environment(workdir), capture_output=True, timeout=600)
+    wall = time.perf_counter() - t0
+    buf = __import__("io").StringIO()
+    stats = pstats.Stats(str(prof_path), stream=buf)
+    stats.sort_stats("cumulative").print_stats(45)
+    text = f"child wall {wall:.2f} s (profiled, so slower than unprofiled)\n" + buf.getvalue()
+    if out:
+        Path(out, "breakdown.txt").write_text(text)
+    return text
 
 
 def _counts(statuses: list[str]) -> str:
@@ -77,52 +126,12 @@ def _child_floor(n: int = 3) -> float:
     return statistics.median(times)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--cases", default="a,a2,b,c,d,d2")
-    ap.add_argument("--no-baselines", action="store_true", help="skip the eager + torch.compile baselines")
-    ap.add_argument("--out", default=os.environ.get("OUT"), help="directory for the JSON results")
-    args = ap.parse_args()
-    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
-    opts = EvalOptions(baselines=not args.no_baselines)
-    problems = {t: load_problem(path=EXAMPLES / t / "problem.py") for t in ("cuda", "triton")}
-    device = get_platform("cuda", require_available=True).device_name()
-    print(f"device: {device}; options: baselines={opts.baselines}, seeds={opts.seeds}", flush=True)
-    floor = _child_floor()
-    print(f"bare child floor (python + import torch + CUDA context): {floor:.2f} s", flush=True)
-
-    def run(target: str, source: str) -> tuple[float, dict]:
-        t0 = time.perf_counter()
-        v = evaluate(problems[target], source, target, opts)
-        return time.perf_counter() - t0, v.to_dict()
-
-    warmed = set()
-    rows: dict[str, dict] = {}
-    for key in keys:
-        label, target, make, cold = CASES[key]
-        if (target, make) not in warmed:  # torch.compile cache, ceilings, the unchanged source's build
-            wall, r = run(target, make(None))
-            warmed.add((target, make))
-            print(f"  warm-up {target}/{make.__name__}: {wall:.2f} s ({r['status']})", flush=True)
-        walls, builds, compiles, statuses, reasons = [], [], [], [], []
-        for _ in range(args.runs):
-            wall, r = run(target, make(f"kforge bench {uuid.uuid4().hex}" if cold else None))
-            walls.append(wall)
-            builds.append(r.get("build_s") or 0.0)
-            compiles.append(r.get("torch_compile_s") or 0.0)
-            statuses.append(r["status"])
-            if r["status"] != "correct":
-                reasons.append(r["reason"][:300])
-        rows[key] = {"label": label, "walls": walls, "builds": builds, "torch_compile_s": compiles,
-                     "statuses": statuses, "reasons": reasons}
-        print(f"  {label}: median {statistics.median(walls):.2f} s, build {statistics.median(builds):.3f} s "
-              f"({', '.join(sorted(set(statuses)))})", flush=True)
-
+def _report(rows: dict, device: str, opts, args, floor: float) -> str:
     base_key = "a" if "a" in rows else next(iter(rows))
     base = statistics.median(rows[base_key]["walls"])
-    lines = [f"Time to verdict on {device}: full evaluate() (5 seeds, timing, baselines="
-             f"{'eager+torch.compile' if opts.baselines else 'off'}), {args.runs} runs each, library calls",
+    lines = [f"Time to verdict on {device}: full evaluate() (5 seeds, timing of candidate and eager, torch.compile "
+             f"baseline {'on' if opts.baselines else 'off unless noted'}), {args.runs} runs each, library calls; "
+             f"bare child floor (python + import torch + CUDA context) {floor:.2f} s",
              "", f"| variant | median s | min s | max s | candidate build s (median) | vs {base_key} | verdicts |",
              "|---|---|---|---|---|---|---|"]
     for key, row in rows.items():
@@ -132,14 +141,68 @@ def main() -> int:
                      f"{_counts(row['statuses'])} |")
     if "a" in rows and "b" in rows:
         lines.append(f"\n(b)/(a) = {statistics.median(rows['b']['walls']) / base:.1f}x  (goal: (a) <= 1.5 s and "
-                     f"(b)/(a) >= 10x); bare child floor {floor:.2f} s")
+                     f"(b)/(a) >= 10x)")
     table = "\n".join(lines)
-    print("\n" + table)
     if args.out:
         Path(args.out, "time_to_verdict_gpu.json").write_text(json.dumps(
             {"device": device, "baselines": opts.baselines, "runs": args.runs, "child_floor_s": floor, "rows": rows},
             indent=1))
         Path(args.out, "time_to_verdict_gpu.md").write_text(table + "\n")
+    return table
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--cases", default="a,a2,b,c,d,d2")
+    ap.add_argument("--baselines", action="store_true", help="time the torch.compile baseline in every case")
+    ap.add_argument("--out", default=os.environ.get("OUT"), help="directory for the JSON results")
+    ap.add_argument("--breakdown", action="store_true", help="first profile one NVRTC evaluation child (cProfile)")
+    args = ap.parse_args()
+    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
+    opts = EvalOptions(baselines=args.baselines)
+    problems = {t: load_problem(path=EXAMPLES / t / "problem.py") for t in ("cuda", "triton")}
+    device = get_platform("cuda", require_available=True).device_name()
+    print(f"device: {device}; options: baselines={opts.baselines}, seeds={opts.seeds}", flush=True)
+    floor = _child_floor()
+    print(f"bare child floor (python + import torch + CUDA context): {floor:.2f} s", flush=True)
+    if args.breakdown:
+        evaluate(problems["cuda"], _nvrtc(None), "cuda", EvalOptions(baselines=False))  # warm caches first
+        text = _breakdown(EXAMPLES / "cuda" / "problem.py", _nvrtc(f"breakdown {uuid.uuid4().hex}"), "cuda",
+                          args.out, opts.baselines)
+        print("\n".join(text.splitlines()[:60]), flush=True)
+
+    def run(target: str, source: str, baselines: bool) -> tuple[float, dict]:
+        t0 = time.perf_counter()
+        v = evaluate(problems[target], source, target, EvalOptions(baselines=opts.baselines or baselines))
+        return time.perf_counter() - t0, v.to_dict()
+
+    warmed = set()
+    rows: dict[str, dict] = {}
+    for key in keys:
+        label, target, make, cold, baselines = CASES[key]
+        if (target, make, baselines) not in warmed:  # torch.compile cache, ceilings, the unchanged source's build
+            wall, r = run(target, make(None), baselines)
+            warmed.add((target, make, baselines))
+            print(f"  warm-up {target}/{make.__name__}: {wall:.2f} s ({r['status']})", flush=True)
+        walls, builds, compiles, statuses, reasons, child_walls = [], [], [], [], [], []
+        for _ in range(args.runs):
+            wall, r = run(target, make(f"kforge bench {uuid.uuid4().hex}" if cold else None), baselines)
+            walls.append(wall)
+            builds.append(r.get("build_s") or 0.0)
+            child_walls.append(r.get("wall_s") or 0.0)
+            compiles.append(r.get("torch_compile_s") or 0.0)
+            statuses.append(r["status"])
+            if r["status"] != "correct":
+                reasons.append(r["reason"][:300])
+        rows[key] = {"label": label, "walls": walls, "builds": builds, "torch_compile_s": compiles,
+                     "child_wall_s": child_walls,
+                     "statuses": statuses, "reasons": reasons}
+        print(f"  {label}: median {statistics.median(walls):.2f} s, build {statistics.median(builds):.3f} s "
+              f"({', '.join(sorted(set(statuses)))})", flush=True)
+        table = _report(rows, device, opts, args, floor)  # written after every case: a cut-off run keeps its rows
+    print("\n" + table)
+
     bad = [r for r in rows.values() if any(s != "correct" for s in r["statuses"])]
     for r in bad:
         print(f"NOT CORRECT: {r['label']}: {r['reasons'][:2]}")

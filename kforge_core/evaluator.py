@@ -50,10 +50,10 @@ def _outcome_to_verdict(outcome: ChildOutcome, target: str, timeout_s: float) ->
     if r is None:
         sig = outcome.signal_name
         if sig:
-            why = {"SIGSEGV": "a segmentation fault (out-of-bounds access in a kernel?)",
-                   "SIGKILL": "SIGKILL (out of memory?)", "SIGABRT": "an abort",
-                   "SIGBUS": "a bus error (misaligned or unmapped memory)", "SIGFPE": "an arithmetic fault"}
-            reason = f"the candidate's process died of {why.get(sig, sig)}"
+            why = {"SIGSEGV": "a segmentation fault: out-of-bounds access in a kernel?",
+                   "SIGKILL": "killed: out of memory?", "SIGABRT": "an abort",
+                   "SIGBUS": "a bus error: misaligned or unmapped memory", "SIGFPE": "an arithmetic fault"}
+            reason = f"the candidate's process died of {sig}" + (f" ({why[sig]})" if sig in why else "")
         else:
             reason = f"the candidate's process exited with code {outcome.returncode} before giving a verdict " \
                      f"(sys.exit / os._exit / abort in candidate code?)"

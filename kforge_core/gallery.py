@@ -46,8 +46,7 @@ _TITLE_WORDS = {
     "layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "groupnorm": "GroupNorm", "batchnorm": "BatchNorm",
     "bn": "BN", "mlp": "MLP", "cnn": "CNN", "qkv": "QKV", "gemm": "GEMM", "conv": "Conv",
     "conv2d": "Conv2d", "conv3x3": "Conv3x3", "resnet": "ResNet", "vit": "ViT", "l2norm": "L2Norm",
-    "bf16": "bf16", "fp16": "fp16", "logsumexp": "LogSumExp", "rope": "RoPE", "and": "and",
-    "with": "with", "of": "of", "dim": "Dim", "last": "Last",
+    "bf16": "bf16", "fp16": "fp16", "logsumexp": "LogSumExp", "rope": "RoPE",
 }
 
 
@@ -90,12 +89,10 @@ def _title_from_stem(stem: str) -> str:
     if words and words[0].isdigit():
         words = words[1:]
     out = []
-    for i, w in enumerate(words):
+    for w in words:
         t = _TITLE_WORDS.get(w.lower())
         if t is None:
             t = w if any(c.isupper() for c in w) else w.capitalize()
-        elif i == 0 and t[:1].islower() and t not in ("bf16", "fp16"):
-            t = t.capitalize()
         out.append(t)
     return " ".join(out) or stem
 

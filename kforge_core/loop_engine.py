@@ -62,6 +62,11 @@ _STATUS_RANK = {"correct": 0, "incorrect": 1, "runtime_error": 2, "timeout": 3, 
                 "no_program": 6}
 
 
+# Reasons that say an iteration was never a judgement of the model's work (so it is not fed back as its mistake).
+ENDPOINT_FAILED = "the model endpoint failed"
+STOPPED = "stopped before a verdict"
+
+
 class Next(StrEnum):
     RETRY = "retry"  # another functional step
     OPTIMIZE = "optimize"  # an optimization step
@@ -87,7 +92,7 @@ class Attempt:
     code: str | None = None
     verdict: Verdict | None = None
     recommendations: list[Recommendation] = field(default_factory=list)
-    endpoint_failure: bool = False  # no program because the endpoint failed, not because of the model's reply
+    endpoint_failure: bool = False  # no program because the endpoint failed (or the run stopped), not the model
 
     @property
     def candidate_ms(self) -> float | None:
@@ -178,7 +183,7 @@ class Synthesis:
             return
         for index, pass_name in sorted(self._open.items()):
             yield self._finished(Attempt(index, pass_name, CANCELLED_ITERATION_STATUS,
-                                         f"stopped before a verdict ({self.stop_reason or status})"))
+                                         f"{STOPPED} ({self.stop_reason or status})", endpoint_failure=True))
         self.finished = True
         best = self.state.best
         yield RunFinished(status=status, error=error, stop_reason=self.stop_reason,
@@ -276,7 +281,9 @@ class Synthesis:
             screenshots=[Path(p).expanduser().read_bytes() for p in self.config.screenshots],
             history=list(self.state.history))
         agent = self.analyzer
-        prompt = getattr(agent, "prompt", None)  # LLM agents show their prompt before the call; rule-based ones have none
+        # LLM agents say what they will send before the call (so the record reads prompt, then the streamed reply);
+        # rule-based agents have no prompt method, and their result's `prompt` (if any) is recorded afterwards.
+        prompt = getattr(agent, "prompt", None)
         if prompt is not None:
             yield PromptSent(iteration=iteration, agent="analysis", model=_model_name(agent),
                              messages=_for_record(prompt(request)))
@@ -397,7 +404,7 @@ class Synthesis:
             raise Cancelled() from None
         if not isinstance(error, LLMError):
             raise error
-        message = f"the model endpoint failed ({where}): {error}"
+        message = f"{ENDPOINT_FAILED} ({where}): {error}"
         yield ErrorReported(message=message, where=where, iteration=iteration)
         if isinstance(error, FATAL_LLM_ERRORS):
             raise FatalEndpointError(message) from None
@@ -512,8 +519,12 @@ def _history_entry(attempt: Attempt, best_before: Attempt) -> dict:
                   f"({best_before.candidate_ms / attempt.candidate_ms:.2f}x)"
     else:
         outcome = f"{attempt.status}: {attempt.reason[:200]}"
+    # The AnalysisRequest.history contract: what was tried (titles, and catalogue moves for the built-in agent),
+    # what it measured, in words and as numbers.
     return {"iteration": attempt.iteration, "tried": tried, "outcome": outcome, "status": attempt.status,
-            "candidate_ms": attempt.candidate_ms}
+            "candidate_ms": attempt.candidate_ms, "best_ms_before": best_before.candidate_ms,
+            "recommendations": [r.to_dict() for r in attempt.recommendations],
+            "moves": [r.move for r in attempt.recommendations if r.move]}
 
 
 def unified_diff(base: Attempt, iteration: int, code: str) -> str:

@@ -33,7 +33,7 @@ Iteration indexes are 0-based and global across both passes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .agents.base import Recommendation

@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import KForgeError
 from .loop_config import RunConfig
-from .loop_engine import CANCELLED_ITERATION_STATUS, Synthesis
+from .loop_engine import CANCELLED_ITERATION_STATUS, STOPPED, Synthesis
 from .loop_events import LoopEvent
 from .platform import REPO_ROOT
 from .store import RunStore, TokenBuffer, open_store, resolve_db_path
@@ -46,7 +46,7 @@ def create_run(store: RunStore, config: RunConfig) -> str:
     from .platform import get_platform
     from .problem import load_problem
 
-    get_platform(config.target)  # an unknown target is a usage error now, not a failed run later
+    get_platform(config.target, require_available=True)  # a usage error now, not a failed run later
     load_problem(text=config.problem_source, name=config.problem_name)  # static checks, with line numbers
     return store.create_run(config.problem_name, config.problem_source, config.target, agent=config.agent,
                             model=config.model, analysis_model=config.analysis_model, config=config.to_record(),
@@ -221,7 +221,7 @@ class StoreRecorder:
             pass  # the text is lost, the record's consistency is what matters now
         for index in sorted(self.open_iterations):
             self.store.finish_iteration(self.run_id, index, CANCELLED_ITERATION_STATUS,
-                                        reason=f"stopped before a verdict ({why})")
+                                        reason=f"{STOPPED} ({why})")
         self.open_iterations.clear()
         if not self.run_finished and self.store.get_run(self.run_id)["status"] in ("queued", "running",
                                                                                     "interrupted"):

@@ -13,7 +13,8 @@ from typing import Any
 
 from .agents.base import Recommendation
 from .loop_config import RunConfig
-from .loop_engine import FUNCTIONAL, OPTIMIZATION, Attempt, LoopState, _faster, _history_entry
+from .loop_engine import (ENDPOINT_FAILED, FUNCTIONAL, OPTIMIZATION, STOPPED, Attempt, LoopState, _faster,
+                          _history_entry)
 from .store import RunStore
 from .verdict import Verdict
 
@@ -27,8 +28,7 @@ def attempt_from_row(row: dict[str, Any]) -> Attempt:
     recs = [Recommendation.from_dict(r) for r in (row.get("recommendations") or []) if isinstance(r, dict)]
     return Attempt(iteration=row["index"], pass_name=row["pass"], status=row["status"], reason=row["reason"] or "",
                    code=row.get("code"), verdict=verdict, recommendations=recs,
-                   endpoint_failure=(row["status"] == "no_program" and
-                                     (row["reason"] or "").startswith("the model endpoint failed")))
+                   endpoint_failure=(verdict is None and (row["reason"] or "").startswith((ENDPOINT_FAILED, STOPPED))))
 
 
 def restore_state(store: RunStore, run_id: str, config: RunConfig) -> LoopState:

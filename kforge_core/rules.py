@@ -64,6 +64,9 @@ DENIED_QUALIFIED_PREFIXES = (
     "numpy.load", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.fromfile", "numpy.memmap",
     "numpy.loadtxt", "numpy.savetxt", "numpy.genfromtxt", "numpy.fromregex", "numpy.ctypeslib", "numpy.lib",
     "numpy.f2py", "numpy.distutils", "numpy.testing", "numpy.DataSource",
+    # attribute access by string (dodges the dunder rule) and eval in disguise (string annotations are evaluated)
+    "operator.attrgetter", "operator.methodcaller", "string.Formatter", "typing.get_type_hints",
+    "typing.ForwardRef", "functools.singledispatch", "functools.singledispatchmethod",
 )
 # Exact names allowed inside a denied prefix: KernelBench's load_inline (and its module, to reach it).
 ALLOWED_QUALIFIED = frozenset({"torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension"})
@@ -75,7 +78,7 @@ GLOBAL_STATE_CALLS = frozenset({
 })
 BANNED_CALLS = frozenset({
     "eval", "exec", "compile", "__import__", "open", "input", "breakpoint", "globals", "locals", "vars", "setattr",
-    "delattr", "memoryview", "exit", "quit",
+    "delattr", "memoryview", "exit", "quit", "help",
 })
 ALLOWED_DUNDERS = frozenset({"__init__", "__name__"})
 
@@ -120,7 +123,21 @@ class _Checker(ast.NodeVisitor):
         self.platform_module = platform_module
         self.candidate_api = set(candidate_api)
         self.aliases: dict[str, str] = {}  # local name -> qualified module/object path
+        self.direct_calls: set[int] = set()  # Name nodes that are the callee of a call (checked in visit_Call)
+        self.bound: set[str] = set()  # names the candidate binds itself (`def forward(self, input)`): not builtins
         self.violations: list[Violation] = []
+
+    def visit_Module(self, node: ast.Module) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.arg):
+                self.bound.add(sub.arg)
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                self.bound.add(sub.id)
+            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.bound.add(sub.name)
+            elif isinstance(sub, ast.ExceptHandler) and sub.name:
+                self.bound.add(sub.name)
+        self.generic_visit(node)
 
     def flag(self, rule: str, node: ast.AST, message: str) -> None:
         self.violations.append(Violation(rule, getattr(node, "lineno", None), message))
@@ -193,6 +210,10 @@ class _Checker(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id.startswith("__") and node.id.endswith("__") and node.id not in ALLOWED_DUNDERS:
             self.flag("no-dunder", node, f"use of {node.id} is not allowed")
+        elif node.id in BANNED_CALLS | {"getattr"} and node.id not in self.aliases and \
+                node.id not in self.bound and id(node) not in self.direct_calls:
+            # `f = exec; f(src)` or `reduce(getattr, ...)`: a banned builtin passed around as a value
+            self.flag("no-dynamic-code", node, f"use of {node.id} as a value is not allowed")
 
     def _check_qualified(self, node: ast.AST, qualified: str, store: bool) -> None:
         parts = qualified.split(".")
@@ -260,6 +281,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        self.direct_calls.add(id(func))
         if isinstance(func, ast.Name) and func.id in BANNED_CALLS and func.id not in self.aliases:
             self.flag("no-dynamic-code", node, f"call of {func.id}() is not allowed")
         if isinstance(func, ast.Name) and func.id == "getattr" and func.id not in self.aliases:
@@ -277,9 +299,18 @@ class _Checker(ast.NodeVisitor):
 
 
 def _string_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """String constants that may be kernel source: docstrings are documentation (never compiled, and they often
+    name the very calls the rules forbid); the compile helpers re-check whatever text is actually compiled."""
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and \
+                    isinstance(first.value.value, str):
+                docstrings.add(id(first.value))
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             out.append((node.lineno, node.value))
     return out
 

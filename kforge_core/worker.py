@@ -27,8 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open_store(args.db) as store:
             store.mark_interrupted_runs()
-            config = config_for_worker(store.get_run(args.run_id))
-        status = execute_run(args.db, args.run_id, config, resume=args.resume)
+            run = store.get_run(args.run_id)
+            config = config_for_worker(run)
+        # A queued run that waited too long for this worker was just marked interrupted: it starts by resuming.
+        resume = args.resume or run["status"] != "queued"
+        status = execute_run(args.db, args.run_id, config, resume=resume)
     except KForgeError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 2

@@ -92,10 +92,12 @@ st.markdown("##### Timings")
 st.dataframe([dict(side="A", **_timing_row(a)), dict(side="B", **_timing_row(b))], hide_index=True, width="stretch")
 if a["run"]["target"] != b["run"]["target"]:
     st.caption("The two programs ran on different targets: compare their speedups, not their times.")
-if a.get("candidate_ms") and b.get("candidate_ms"):
+elif a.get("candidate_ms") and b.get("candidate_ms"):
     ratio = b["candidate_ms"] / a["candidate_ms"]
     faster, factor = ("A", ratio) if ratio >= 1 else ("B", 1 / ratio)
     st.markdown(f"**{faster}** is **{factor:.2f}×** faster.")
+    st.caption("Each program was timed in its own evaluation; each speedup is against eager PyTorch timed in that "
+               "same evaluation, so the speedups are the fairer comparison when the machine was busy.")
 
 tab_side, tab_diff = st.tabs(["Side by side", "Diff (A → B)"])
 with tab_side:

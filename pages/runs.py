@@ -52,8 +52,8 @@ if not runs:
 st.caption(f"{total} run{'s' if total != 1 else ''}" + (f", page {page} of {pages}" if pages > 1 else ""))
 WIDTHS = [3, 1.3, 3, 1.4, 1.5, 1.2, 1.4, 1]
 header = st.columns(WIDTHS, vertical_alignment="center")
-for col, name in zip(header, ["Problem", "Target", "Agent / model", "Status", "Best speedup", "Tokens", "Started",
-                              ""]):
+for col, name in zip(header, ["Problem", "Target", "Agent / model", "Status", "Best speedup", "Tokens",
+                              "Started"]):
     col.markdown(f"**{name}**")
 for run in runs:
     st.html("<div class='kf-row-sep'></div>")
@@ -62,12 +62,13 @@ for run in runs:
                      unsafe_allow_html=True)
     cols[1].markdown(f"`{run['target']}`")
     cols[2].markdown(agent_label(run))
-    cols[3].markdown(run_badge(run["status"]))
+    cols[3].markdown(run_badge(run["status"]), help=run["error"] if run.get("error") else None)
     best = run.get("best_speedup_vs_eager")
     cols[4].markdown(f"**{fmt_x(best)}** vs eager  \n<span class='kf-when'>{fmt_ms(run.get('best_candidate_ms'))}, "
                      f"{fmt_x(run.get('best_speedup_vs_compiled'))} vs compile</span>" if best is not None else "—",
                      unsafe_allow_html=True)
-    cols[5].markdown(fmt_tokens((run.get("tokens_prompt") or 0) + (run.get("tokens_completion") or 0)))
+    tokens = (run.get("tokens_prompt") or 0) + (run.get("tokens_completion") or 0)
+    cols[5].markdown(fmt_tokens(tokens) if tokens or run.get("agent") != "builtin" else "—")
     cols[6].markdown(fmt_when(run["created_at"]))
     cols[7].page_link(page_path("synthesize"), label="Open", icon=":material/open_in_new:",
                       query_params={"run": run["id"]})

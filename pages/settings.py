@@ -57,8 +57,8 @@ with endpoint_tab:
                "cost is shown: an unknown price is not zero.")
     forget_key = st.checkbox("Remove the saved API key", key="kf-set-forget", disabled=not saved_key)
 
-    b1, b2, b3 = st.columns([1, 1, 4])
-    if b1.button("Save", type="primary", icon=":material/save:", key="kf-set-save", disabled=bool(file_error)):
+    buttons = st.container(horizontal=True)
+    if buttons.button("Save", type="primary", icon=":material/save:", key="kf-set-save", disabled=bool(file_error)):
         key_value = None if forget_key else (new_key.strip() or saved_key)
         try:
             written = services.write_settings({
@@ -70,7 +70,7 @@ with endpoint_tab:
             st.error(f"Could not save: {exc}", icon=":material/error:")
         else:
             st.success(f"Saved to {written}.", icon=":material/check_circle:")
-    if b2.button("Check endpoint", icon=":material/network_check:", key="kf-set-check"):
+    if buttons.button("Check endpoint", icon=":material/network_check:", key="kf-set-check"):
         choice = AgentChoice("llm", base_url.strip() or None, new_key.strip() or saved_key, model.strip() or None,
                              analysis.strip() or None)
         show_endpoint_check(choice, test_call=True)
@@ -110,10 +110,11 @@ with devices_tab:
 # --------------------------------------------------------------------------------------------------- rules
 with rules_tab:
     st.markdown("Every candidate program is judged by these rules, in a separate process per evaluation.")
-    st.markdown(rules_markdown())
+    # Rule texts name dunders (__import__, __init__) that markdown would turn into bold.
+    st.markdown(rules_markdown().replace("__", r"\_\_"))
     st.markdown("##### Tolerances")
-    st.caption("An output passes when every element satisfies |got − want| ≤ atol + rtol·|want|, nothing is NaN or "
-               "Inf, and the relative L2 error is at most rel_l2_max. Integers and booleans compare exactly.")
+    st.caption("An output passes when every element satisfies |got − want| ≤ atol + rtol·|want|, nothing is NaN "
+               "or Inf, and the relative L2 error is at most rel_l2_max. Integers and booleans compare exactly.")
     rows = []
     for name, policy in POLICIES.items():
         for dtype_label, tol in (("fp32", policy.fp32), ("fp16 / bf16", policy.half), ("fp64", policy.fp64)):

@@ -87,8 +87,15 @@ class GpuPlatform(Platform):
     def prepare_child(self) -> None:
         """Strict fp32 (no TF32 anywhere) for the reference, the baselines and the candidate's torch calls; the CUDA
         context is created here, outside any measurement; the synchronize used by the timer is bound now."""
+        import sys
+
         import torch
 
+        # torch.compile (the baseline) compiles its Triton kernels in this process: inductor's compile-worker pool
+        # would keep threads and processes running after the trusted compile, which the guards then refuse.
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+        if "torch._inductor.config" in sys.modules:
+            sys.modules["torch._inductor.config"].compile_threads = 1
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")

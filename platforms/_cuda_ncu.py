@@ -27,6 +27,8 @@ SECTIONS = ("SpeedOfLight", "Occupancy", "MemoryWorkloadAnalysis")
 NVTX_RANGE = "kforge_profile"
 CLOCK_NOTE = ("--clock-control none: the GPU ran at its own (boost) clocks; ncu did not lock clocks, so durations "
               "match the evaluator's timing conditions but vary with the clock state")
+_TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6,
+               "second": 1e6}
 _NUMBER = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?([eE][+-]?\d+)?$")
 HEADLINE = {  # (section name contains, metric name) -> short key
     ("Speed Of Light", "Duration"): "duration",
@@ -100,6 +102,8 @@ def parse_ncu_csv(text: str) -> list[dict]:
             for (sec, name), key in HEADLINE.items():
                 if sec in section and metric == name:
                     k["headline"][key] = value if not unit or unit == "%" else f"{value} {unit}".strip()
+            if metric == "Duration" and isinstance(value, (int, float)) and unit in _TIME_UNITS:
+                k["duration_us"] = value * _TIME_UNITS[unit]
         if rule or desc:
             entry = {"section": section, "rule": rule, "type": get(row, "Rule Type"),
                      "description": re.sub(r"\s+", " ", desc).strip()}
@@ -130,8 +134,9 @@ REPORT_FILE = "kforge_ncu_report.csv"
 
 
 def ncu_command(ncu: str, names, workdir: str, target: str, size_class: str | None) -> list[str]:
-    cmd = [ncu, "--csv", "--log-file", os.path.join(workdir, REPORT_FILE), "--page", "details", "--clock-control", "none", "--target-processes", "all",
-           "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--launch-count", "20"]
+    cmd = [ncu, "--csv", "--log-file", os.path.join(workdir, REPORT_FILE), "--page", "details",
+           "--clock-control", "none", "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
+           "--launch-count", "20"]
     for s in SECTIONS:
         cmd += ["--section", s]
     regex = kernel_regex(names)
@@ -162,7 +167,8 @@ def ncu_profile(target: str, names, request: dict) -> dict | None:
             return {"tool": f"Nsight Compute {version}", "error": f"ncu did not finish within {timeout:g} s",
                     "clock_control": CLOCK_NOTE}
     out = {"tool": f"Nsight Compute {version}", "clock_control": CLOCK_NOTE, "sections": list(SECTIONS),
-           "kernel_filter": kernel_regex(names) or "all kernels in the NVTX range", "wall_s": time.perf_counter() - start}
+           "kernel_filter": kernel_regex(names) or "all kernels in the NVTX range",
+           "wall_s": time.perf_counter() - start}
     try:  # ncu's own output (the CSV report) went to the log file; the program's output stayed on stdout
         report = Path(workdir, REPORT_FILE).read_text(errors="replace")
     except OSError:

@@ -45,6 +45,27 @@ tests() {
   grep -E "passed|failed|error" "$OUT/gpu_check.log" | tail -1
 }
 
+inline_report() {  # what CUDA load_inline builds import from libc, and from where (toolchain vs candidate)
+  echo "== load_inline CUDA builds: denied imports"
+  "$PY" - <<'EOF' 2>&1 | tee -a "$OUT/gpu_check.log"
+import glob, os, subprocess
+from kforge_core.harness import native
+sos = sorted(glob.glob("/tmp/pytest-of-*/pytest-*/kforge-cache*/builds/load_inline/*/*.so") +
+             glob.glob(os.environ.get("KFORGE_CACHE_DIR", "/nonexistent") + "/builds/load_inline/*/*.so"))
+for so in sos[:4]:
+    print(os.path.basename(so), "denied imports:", native.denied_imports(so))
+    d = os.path.dirname(so)
+    for obj in sorted(glob.glob(d + "/*.o")):
+        out = subprocess.run(["nm", "-u", obj], capture_output=True, text=True).stdout.split()
+        print("  ", os.path.basename(obj), "imports", sorted({s for s in out if native._symbol_denied(s)}))
+    needed = subprocess.run(["readelf", "-d", so], capture_output=True, text=True).stdout
+    print("   NEEDED", [l.split("[")[-1].rstrip("]") for l in needed.splitlines() if "NEEDED" in l])
+    ninja = os.path.join(d, "build.ninja")
+    if os.path.exists(ninja):
+        print("  ", [l.strip()[:400] for l in open(ninja) if l.startswith(("ldflags", "cuda_cflags"))][:2])
+EOF
+}
+
 bench() {
   echo "== time to verdict"
   "$PY" bench/time_to_verdict_gpu.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log"
@@ -53,9 +74,9 @@ bench() {
 
 case "$MODE" in
   probe) probe ;;
-  tests) probe; tests ;;
+  tests) probe; tests; inline_report ;;
   bench) bench "$@" ;;
-  all) probe; tests; bench "$@" ;;
+  all) probe; tests; inline_report; bench "$@" ;;
   *) echo "usage: $0 [all|probe|tests|bench] [bench args]"; exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1

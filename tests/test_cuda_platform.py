@@ -182,6 +182,12 @@ def test_ncu_csv_parsing_with_canned_report():
     sol = next(v for s, v in k["metrics"].items() if "Speed Of Light" in s)
     assert all(isinstance(m["value"], (int, float)) for name, m in sol.items() if "Throughput" in name)
     assert k["rules"] and all(r["description"] for r in k["rules"])
+    # the real report (Nsight Compute 2025.3 on an H200): NVTX columns, base units, thousands separators
+    assert k["grid"] == "(1056, 1, 1)" and k["block"] == "(256, 1, 1)"
+    assert sol["DRAM Frequency"]["value"] == 3196770334.93 and sol["Elapsed Cycles"]["value"] == 79023
+    assert k["duration_us"] == pytest.approx(40.128)
+    assert {r["rule"] for r in k["rules"]} >= {"SOLBottleneck", "AchievedOccupancy"}
+    assert any(r.get("speedup") == 22.44 for r in k["rules"])
 
 
 def test_ncu_command_profiles_only_the_candidate_and_keeps_clocks():

@@ -40,6 +40,7 @@ hostile("trivial_kernel_torch_compute")
 hostile("tensor_subclass")
 hostile("global_forward_hook")
 hostile("global_forward_hook_getattr")
+hostile("global_forward_hook_runtime")
 hostile("autocast_leak")
 hostile("wrong_shape")
 hostile("wrong_dtype")
@@ -149,7 +150,7 @@ def test_trivial_kernel_beside_pytorch_compute_is_flagged(verdicts):
     so it stays `correct`, but the verdict warns that no output was written by a compiled kernel."""
     v = verdicts["trivial_kernel_torch_compute"]
     assert_status(v, "correct")
-    assert any("not written by" in w for w in v.warnings), v.warnings
+    assert any("no output of ModelNew was written by a kernel" in w for w in v.warnings), v.warnings
 
 
 def test_tensor_subclass_output(verdicts):
@@ -168,6 +169,12 @@ def test_global_forward_hook_through_getattr(verdicts):
     """The same hook reached with getattr and a constant name: the static rules resolve getattr like an
     attribute, and the run-time check of global hooks backs them."""
     assert_status(verdicts["global_forward_hook_getattr"], "rejected")
+
+
+def test_global_forward_hook_at_run_time(verdicts):
+    """The same hook reached through a list element no static check follows: the run-time check of global module
+    hooks (after import and after every candidate call) rejects it before any comparison is made."""
+    assert_status(verdicts["global_forward_hook_runtime"], "rejected", "global module hooks")
 
 
 def test_leaked_autocast(verdicts):
@@ -376,16 +383,27 @@ def test_forged_result_cannot_change_the_verdict(verdicts):
 CRASH_EVALS = int(os.environ.get("KFORGE_CRASH_EVALS", "30"))
 
 
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 def test_caller_survives_many_crashing_evaluations():
-    """The app process survives a stream of crashing candidates (one child per candidate). CI runs 30
-    evaluations of a candidate that crashes at import, two at a time (~1.5 s each, mostly `import torch`);
-    KFORGE_CRASH_EVALS=100 runs the full hundred."""
+    """The app process survives a stream of crashing candidates (one child per candidate) without leaking file
+    descriptors or threads. CI runs 30 evaluations of a candidate that crashes at import, two at a time (each is
+    ~1.5 s of `import torch` on an idle 2-core machine, so ~25 s); KFORGE_CRASH_EVALS=100 runs the full hundred.
+    The wall-time bound only detects hangs (the machine may be shared)."""
+    import threading
+
     c = REGISTRY["crash_at_import"]
+    run_case(c)  # warm: the first evaluation builds nothing, but imports the evaluator in this process
+    fds, threads = _open_fds(), threading.active_count()
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda _: run_case(c), range(CRASH_EVALS)))
     elapsed = time.monotonic() - start
     assert all(v.status == "runtime_error" and "crashes at import" in v.reason for v in results), \
         {v.status + ": " + v.reason for v in results}
-    assert elapsed < 90, f"{CRASH_EVALS} crashing evaluations took {elapsed:.1f} s"
-    print(f"{CRASH_EVALS} crashing evaluations in {elapsed:.1f} s")
+    assert _open_fds() <= fds + 2, "file descriptors leak per evaluation"
+    assert threading.active_count() <= threads, "threads leak per evaluation"
+    assert elapsed < CRASH_EVALS * 10, f"{CRASH_EVALS} crashing evaluations took {elapsed:.1f} s"
+    print(f"{CRASH_EVALS} crashing evaluations in {elapsed:.1f} s ({elapsed / CRASH_EVALS:.2f} s each, 2 at a time)")

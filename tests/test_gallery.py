@@ -55,6 +55,35 @@ def test_metadata(name):
     assert size_overrides(p.path, "gpu") == {}
 
 
+def _nbytes(x) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(y) for y in x)
+    return 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gpu_size_is_consistent_and_large_enough(name):
+    """The GPU defaults run shape-only on the meta device (nothing allocated) and, by a roofline lower bound
+    (3 TB/s for the unavoidable input+output+weight traffic, 50 TFLOP/s for matmul/conv FLOPs), need >= 1 ms
+    on an H100."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    module = load_module(get_problem(name).path, "gpu")
+    with torch.device("meta"):
+        model = module.Model(*module.get_init_inputs())
+        inputs = module.get_inputs()
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            out = model(*inputs)
+    assert _tensors(out) and all(t.numel() > 0 for t in _tensors(out))
+    traffic = _nbytes(inputs) + _nbytes(out) + sum(_nbytes(t) for t in model.parameters())
+    est_ms = max(counter.get_total_flops() / 50e12, traffic / 3e12) * 1e3
+    assert est_ms >= 1.0, f"GPU size too small: roofline estimate {est_ms:.2f} ms"
+    assert traffic < 16 * 2**30, "keep the GPU size's inputs+outputs under 16 GiB"
+
+
 # ------------------------------------------------------------------------------ every problem, CPU sizes
 
 @dataclass

@@ -92,46 +92,76 @@ def test_wrong_kind_of_required_name():
 
 
 # ------------------------------------------------------------------------------------------------------ dynamic
+# Each validation is a child process (~1.5 s of `import torch`): they run two at a time, started together.
 
-def test_validate_good_problem():
-    report = validate_problem(load_problem(text=GOOD), "cpu", timeout_s=60)
+BROKEN_INPUTS = {"str": "[torch.randn(4), 'abc']", "dict": "[{'x': torch.randn(4)}]"}
+VALIDATIONS = {
+    "good": GOOD,
+    "str": make("return x", inputs=BROKEN_INPUTS["str"]),
+    "dict": make("return x", inputs=BROKEN_INPUTS["dict"]),
+    "raises": make("raise ValueError('reference is broken')"),
+    "random": make("return x + torch.rand_like(x)"),
+    "degenerate": make("return torch.softmax(x, dim=-1).sum(dim=-1)"),
+    "nan": make("return torch.log(x - 100.0)"),
+}
+
+
+@pytest.fixture(scope="module")
+def validated(kforge_cache_dir):
+    """name -> ProblemReport, or the ProblemError it raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kforge_core.platform import get_platform
+
+    get_platform("cpu", require_available=True)
+
+    def run(text):
+        try:
+            return validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+        except ProblemError as e:
+            return e
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(run, text) for name, text in VALIDATIONS.items()}
+        yield {name: f.result() for name, f in futures.items()}
+
+
+def raised(result, match: str) -> None:
+    assert isinstance(result, ProblemError), f"expected ProblemError, got {result!r}"
+    assert match.lower() in str(result).lower(), str(result)
+
+def test_validate_good_problem(validated):
+    report = validated["good"]
+    assert not isinstance(report, Exception), report
     assert report.inputs == ["float32[16, 256] cpu"] and report.outputs == ["float32[16, 256] cpu"]
     assert report.warnings == [] and report.reference_ms is not None
 
 
-@pytest.mark.parametrize("inputs, what", [("[torch.randn(4), 'abc']", "str"),
-                                          ("[{'x': torch.randn(4)}]", "dict")])
-def test_non_tensor_inputs(inputs, what):
+@pytest.mark.parametrize("what", sorted(BROKEN_INPUTS))
+def test_non_tensor_inputs(validated, what):
     """Inputs must be tensors (or lists of them) and Python numbers: a string or a dict is a ProblemError."""
-    text = make("return x", inputs=inputs)
-    with pytest.raises(ProblemError, match=what):
-        validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+    raised(validated[what], what)
 
 
-def test_reference_that_raises():
-    text = make("raise ValueError('reference is broken')")
-    with pytest.raises(ProblemError, match="reference is broken"):
-        validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+def test_reference_that_raises(validated):
+    raised(validated["raises"], "reference is broken")
 
 
-def test_non_deterministic_reference():
+def test_non_deterministic_reference(validated):
     """A reference that draws random numbers in forward cannot judge anything."""
-    text = make("return x + torch.rand_like(x)")
-    with pytest.raises(ProblemError, match="not deterministic"):
-        validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+    raised(validated["random"], "not deterministic")
 
 
-def test_degenerate_reference_warns():
-    """Output independent of the inputs (the sum of a softmax is 1): a warning, since a constant would pass."""
-    text = make("return torch.softmax(x, dim=-1).sum(dim=-1)")
-    report = validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+def test_degenerate_reference_warns(validated):
+    """Output independent of the inputs (the row sums of a softmax are 1, up to rounding): a warning, since a
+    constant would pass."""
+    report = validated["degenerate"]
+    assert not isinstance(report, Exception), report
     assert any("degenerate" in w for w in report.warnings), report.warnings
 
 
-def test_reference_producing_nan():
-    text = make("return torch.log(x - 100.0)")
-    with pytest.raises(ProblemError, match="NaN"):
-        validate_problem(load_problem(text=text), "cpu", timeout_s=60)
+def test_reference_producing_nan(validated):
+    raised(validated["nan"], "NaN")
 
 
 def test_evaluate_raises_problem_error_for_a_broken_problem():

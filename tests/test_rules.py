@@ -97,6 +97,14 @@ ALLOWED = {
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
                 return x @ x
     """,
+    "a forward argument named input": """
+        import torch.nn as nn
+        import torch.nn.functional as F
+        class ModelNew(nn.Module):
+            def forward(self, input, compile=False):
+                vars_ = input
+                return F.relu(input) if not compile else vars_
+    """,
     "tensor method chains": """
         import torch
         def f(x):
@@ -129,6 +137,13 @@ ALLOWED = {
         }
         """
         lib = compile_cpp(SRC)
+    ''',
+    "docstrings naming forbidden calls": '''
+        """This kernel never calls system() or fopen(); it reads no /proc files and starts no std::thread."""
+        import torch
+        def f(x):
+            """Unlike open(...) or getenv(...), nothing here touches the OS."""
+            return x
     ''',
     "identifiers that merely contain banned words": '''
         from platforms.cpu import compile_cpp
@@ -190,6 +205,17 @@ FORBIDDEN = {
     "getattr reaching a global hook": ("import torch\ngetattr(torch.nn.modules.module, "
                                        "'register_module_forward_hook')(print)", "imports"),
     "globals": ("g = globals()", "no-dynamic-code"),
+    "exec passed around as a value": ("run = exec\nrun('import os')", "no-dynamic-code"),
+    "exec as a default argument": ("def f(run=exec):\n    run('import os')", "no-dynamic-code"),
+    "getattr passed to reduce": ("import functools\nf = functools.reduce(getattr, ['__globals__'], print)",
+                                 "no-dynamic-code"),
+    "operator.attrgetter with a dunder string": ("import operator\ng = operator.attrgetter('__globals__')",
+                                                 "imports"),
+    "operator.methodcaller": ("from operator import methodcaller\nm = methodcaller('__subclasses__')", "imports"),
+    "string.Formatter field access": ("import string\nf = string.Formatter().get_field('0.__class__', [1], {})",
+                                      "imports"),
+    "typing.get_type_hints evaluates strings": ("import typing\ndef f(x: 'print(1)'): pass\n"
+                                                "typing.get_type_hints(f)", "imports"),
     "vars": ("v = vars()", "no-dynamic-code"),
     "__builtins__": ("b = __builtins__", "no-dunder"),
     "__subclasses__": ("s = ().__class__.__bases__[0].__subclasses__()", "no-dunder"),

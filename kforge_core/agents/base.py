@@ -103,6 +103,7 @@ class AnalysisResult:
     text: str = ""
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
+    notes: str = ""  # shown to the user, e.g. "the model rejected the screenshots; analysed without them"
 
 
 class GenerationAgent(Protocol):

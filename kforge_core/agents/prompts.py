@@ -90,7 +90,8 @@ def generation_messages(request: GenerationRequest) -> list[dict]:
     if request.feedback and request.feedback.recommendations:
         previous += render("generation_recommendations.md",
                            recommendations=format_recommendations(request.feedback.recommendations))
-    rules = render("generation_rules.md", rules=rules_text(), platform_module=request.platform_module, candidate_api=api)
+    rules = render("generation_rules.md", rules=rules_text(), platform_module=request.platform_module,
+                   candidate_api=api)
     instruction_name = ("generation_instruction_optimization.md" if request.pass_name == "optimization"
                         else "generation_instruction_functional.md")
     instruction = render(instruction_name, platform_title=request.platform_title)
@@ -130,7 +131,7 @@ def format_feedback(feedback: Feedback) -> str:
                      f"{_clip_log(feedback.compile_log.strip(), MAX_LOG_CHARS)}\n```")
     timings = format_timings(feedback.candidate_ms, feedback.eager_ms, feedback.compiled_ms)
     if timings:
-        parts.append(timings)
+        parts.append("Timings:\n" + timings)
     return "\n\n".join(parts)
 
 
@@ -142,7 +143,7 @@ def format_timings(candidate_ms: float | None, eager_ms: float | None, compiled_
         lines.append(f"- PyTorch eager: {eager_ms:.4g} ms (speedup {eager_ms / candidate_ms:.2f}x)")
     if compiled_ms is not None:
         lines.append(f"- torch.compile: {compiled_ms:.4g} ms (speedup {compiled_ms / candidate_ms:.2f}x)")
-    return "Timings:\n" + "\n".join(lines)
+    return "\n".join(lines)
 
 
 def format_recommendations(recommendations: list[Recommendation]) -> str:
@@ -226,7 +227,9 @@ def format_roofline(roofline: dict | None) -> str:
     if roofline.get("floor_ms"):
         parts.append(f"{roofline.get('bound') or '?'}-bound floor {roofline['floor_ms']:.4g} ms")
     if roofline.get("pct_of_roofline") is not None:
-        parts.append(f"the program runs at {roofline['pct_of_roofline']:.0f}% of the roofline")
+        pct = roofline["pct_of_roofline"]
+        parts.append(f"the program runs at {pct:.0f}% of the roofline" if pct >= 1 else
+                     f"the program runs at {pct:.2g}% of the roofline")
     else:
         parts.append("% of roofline unknown (device ceilings not measured)")
     if roofline.get("suspicious"):

@@ -40,6 +40,7 @@ class BenchConfig:
     size_class: str | None = None
     tolerance: str = "default"
     eval_timing_options: dict = field(default_factory=dict)
+    eval_baselines: bool = True  # eager + torch.compile timed next to every correct candidate
     devices: int | None = None  # None: all the target reports
 
 
@@ -57,10 +58,12 @@ def _record(problem: SuiteProblem, cfg: BenchConfig) -> dict:
                        model=cfg.model, analysis_model=cfg.analysis_model, base_url=cfg.base_url,
                        api_key=cfg.api_key, max_functional_iters=cfg.max_functional_iters,
                        max_optimization_iters=cfg.max_optimization_iters, tolerance=cfg.tolerance,
-                       size_class=cfg.size_class, eval_timing_options=cfg.eval_timing_options)
+                       size_class=cfg.size_class, eval_timing_options=cfg.eval_timing_options,
+                       eval_baselines=cfg.eval_baselines)
         with open_store(cfg.db_path) as store:
             run_id = create_run(store, rc)
-        execute_run(cfg.db_path, run_id, rc)
+        if execute_run(cfg.db_path, run_id, rc) == "cancelled":
+            raise KeyboardInterrupt  # interrupted, not finished: this problem must run again on resume
         with open_store(cfg.db_path) as store:
             run = store.get_run(run_id)
             iterations = store.iterations(run_id)
@@ -116,23 +119,26 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
         bar = "#" * int(20 * finished / len(problems))
         progress(f"[{bar:<20}] {finished}/{len(problems)} {rec['problem']}: {result} ({rec['wall_s']:.0f} s)")
 
-    if n_devices > 1 and len(todo) > 1:
-        ctx = mp.get_context("spawn")
-        queue = ctx.Queue()
-        for d in range(n_devices):
-            queue.put(d)
-        with ctx.Pool(n_devices, initializer=_init_worker, initargs=(queue,)) as pool:
-            for rec in pool.imap_unordered(_solve_star, [(p, cfg) for p in todo]):
-                note(rec)
-    else:
-        for p in todo:
-            note(_record(p, cfg))
-
-    records = [done[p.name] for p in problems if p.name in done]
     meta = {"suite": cfg.suite, "level": cfg.level, "target": cfg.target, "device": platform.device_name(),
             "agent": cfg.agent, "model": cfg.model, "size_class": cfg.size_class, "tolerance": cfg.tolerance,
             "max_functional_iters": cfg.max_functional_iters, "max_optimization_iters": cfg.max_optimization_iters}
-    return write_reports(cfg.out_dir, records, meta)
+    try:
+        if n_devices > 1 and len(todo) > 1:
+            ctx = mp.get_context("spawn")
+            queue = ctx.Queue()
+            for d in range(n_devices):
+                queue.put(d)
+            with ctx.Pool(n_devices, initializer=_init_worker, initargs=(queue,)) as pool:
+                for rec in pool.imap_unordered(_solve_star, [(p, cfg) for p in todo]):
+                    note(rec)
+        else:
+            for p in todo:
+                note(_record(p, cfg))
+    except KeyboardInterrupt:
+        write_reports(cfg.out_dir, [done[p.name] for p in problems if p.name in done], meta)
+        progress(f"interrupted after {len(done)} of {len(problems)} problems; run the same command to resume")
+        raise
+    return write_reports(cfg.out_dir, [done[p.name] for p in problems if p.name in done], meta)
 
 
 def _solve_star(args) -> dict:

@@ -33,6 +33,8 @@ def register(sub) -> None:
     p.add_argument("--size-class", choices=("cpu", "gpu"),
                    help="gallery problem sizes (default: cpu on the CPU target, the file's own sizes elsewhere)")
     p.add_argument("--tolerance", default="default", choices=sorted(POLICIES))
+    p.add_argument("--no-baselines", action="store_true",
+                   help="skip timing eager and torch.compile (speedups are then unknown)")
     p.add_argument("--devices", type=int, help="workers, one per device (default: every device the target sees)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.set_defaults(handler=run)
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
                       model=args.model, analysis_model=args.analysis_model, base_url=args.base_url,
                       api_key=args.api_key, db_path=args.db, max_functional_iters=args.max_functional_iters,
                       max_optimization_iters=args.max_optimization_iters, size_class=size_class,
-                      tolerance=args.tolerance, devices=args.devices)
+                      tolerance=args.tolerance, devices=args.devices,
+                      eval_baselines=not args.no_baselines)
     summary = run_bench(cfg)
     if args.json:
         print_json(summary)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..loop import RunConfig, cancel_run, launch_worker, summarize_run
 from ..store import RUN_STATUSES, open_store, resolve_db_path
 from .common import fmt_ms, fmt_x, print_json
 from .synthesize_cmd import add_run_options, execute_and_report, overrides_from_args, prepare_agent
@@ -66,6 +65,8 @@ def list_runs(args: argparse.Namespace) -> int:
 
 
 def show_run(args: argparse.Namespace) -> int:
+    from ..loop import summarize_run
+
     with open_store(_db(args)) as store:
         store.mark_interrupted_runs()
         summary = summarize_run(store, args.run_id)
@@ -90,6 +91,8 @@ def show_run(args: argparse.Namespace) -> int:
 
 
 def resume_run_cmd(args: argparse.Namespace) -> int:
+    from ..loop import RunConfig, launch_worker
+
     db = _db(args)
     with open_store(db) as store:
         store.mark_interrupted_runs()
@@ -107,6 +110,8 @@ def resume_run_cmd(args: argparse.Namespace) -> int:
 
 
 def cancel_run_cmd(args: argparse.Namespace) -> int:
+    from ..loop import cancel_run
+
     changed = cancel_run(_db(args), args.run_id)
     print(f"run {args.run_id}: " + ("cancel requested" if changed else "nothing to cancel (not running)"))
     return 0

@@ -6,14 +6,16 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import UsageError
-from ..loop import RunConfig, create_run, execute_run, summarize_run
-from ..loop_events import LoopEvent
 from ..store import open_store, resolve_db_path
 from ..tolerance import POLICIES
 from .common import fmt_ms, fmt_x, print_json
+
+if TYPE_CHECKING:  # the loop (and the openai package under it) is imported only when a run starts
+    from ..loop import RunConfig
+    from ..loop_events import LoopEvent
 
 NO_ENDPOINT_NOTE = "no LLM endpoint configured: using the built-in, rule-based synthesizer (no LLM)"
 
@@ -65,6 +67,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     more.add_argument("--size-class", choices=("cpu", "gpu"), help="apply a gallery problem's size class")
     more.add_argument("--eval-timeout", type=float, metavar="S", help="wall-clock limit of one evaluation "
                                                                       "(default 300 s)")
+    more.add_argument("--no-baselines", action="store_true", default=None,
+                      help="do not time torch.compile next to each correct candidate (faster; no speedup vs "
+                           "torch.compile is reported)")
     out = p.add_argument_group("output")
     out.add_argument("--db", help="run store (default: $KFORGE_DB or ~/.local/share/kforge/runs.db)")
     out.add_argument("--json", action="store_true", help="print one JSON object on stdout at the end")
@@ -78,13 +83,16 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
                   max_optimization_iters=args.max_optimization_iters, max_wall_s=args.max_wall_s,
                   max_total_tokens=args.max_tokens, patience=args.patience, best_of_k=args.best_of,
                   reference_target=args.reference_target, screenshots=args.screenshot, tolerance=args.tolerance,
-                  size_class=args.size_class, eval_timeout_s=args.eval_timeout)
+                  size_class=args.size_class, eval_timeout_s=args.eval_timeout,
+                  eval_baselines=False if args.no_baselines else None)
     if args.reference_program:
         values["reference_program"] = _read(args.reference_program, "reference program")
     return {k: v for k, v in values.items() if v is not None}
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..loop import RunConfig, create_run
+
     db = resolve_db_path(args.db)
     with open_store(db) as store:
         store.mark_interrupted_runs()
@@ -139,6 +147,8 @@ def prepare_agent(config: RunConfig, explicit_agent: bool) -> list[str]:
 
 def execute_and_report(db: Path, run_id: str, config: RunConfig, args: argparse.Namespace, notes: list[str],
                        resume: bool) -> int:
+    from ..loop import execute_run, summarize_run
+
     printer = ProgressPrinter(sys.stderr, verbose=args.verbose)
     print(f"run {run_id}: {config.problem_name} on {config.target}, agent {config.agent}"
           f"{' (' + config.model + ')' if config.agent == 'llm' and config.model else ''}; store {db}",
@@ -171,7 +181,9 @@ def final_line(summary: dict) -> str:
     line = f"run {summary['run_id']} {summary['status']}"
     if best:
         line += (f": best is iteration {best['iteration']}, {fmt_ms(best['candidate_ms'])}, "
-                 f"{fmt_x(best['speedup_vs_eager'])} vs eager, {fmt_x(best['speedup_vs_compiled'])} vs torch.compile")
+                 f"{fmt_x(best['speedup_vs_eager'])} vs eager")
+        if best["speedup_vs_compiled"] is not None:
+            line += f", {fmt_x(best['speedup_vs_compiled'])} vs torch.compile"
     elif summary.get("error"):
         line += f": {summary['error']}"
     if summary.get("stop_reason") and summary["stop_reason"] != summary.get("error"):
@@ -241,8 +253,9 @@ class ProgressPrinter:
 
     def on_iteration_finished(self, e) -> None:
         if e.status == "correct":
-            detail = (f"{fmt_ms(e.candidate_ms)}  {fmt_x(e.speedup_vs_eager)} vs eager  "
-                      f"{fmt_x(e.speedup_vs_compiled)} vs torch.compile")
+            detail = f"{fmt_ms(e.candidate_ms)}  {fmt_x(e.speedup_vs_eager)} vs eager"
+            if e.speedup_vs_compiled is not None:
+                detail += f"  {fmt_x(e.speedup_vs_compiled)} vs torch.compile"
         else:
             detail = e.reason.splitlines()[0] if e.reason else ""
             if len(detail) > 300:

@@ -6,7 +6,12 @@ Protected while candidate code runs ("untrusted" mode, the default once installe
 - opening anything under /proc other than /proc/self/{stat,status,maps}-style reads torch itself needs, and any
   file whose name looks like a secret store;
 - starting Python threads (`_thread.start_new_thread`, wrapped since there is no audit event for it in 3.11);
-- timers and torch precision settings: snapshotted before the candidate is imported and compared afterwards.
+- unpickling (`pickle.find_class`): a crafted pickle handed to a permitted loader calls arbitrary functions;
+- state a candidate could leave behind to change how the reference or the harness computes: timers, every torch
+  precision/autocast/default-device/determinism/thread setting, torch function and dispatch modes on the stack,
+  global module hooks, and (by identity) every attribute of torch, its tensor and module classes, math, time,
+  builtins and the harness's own modules. `snapshot_state()` is taken just before the candidate is imported;
+  the evaluator compares after import, after every checked call (cheap variant during timing) and at the end.
 
 Our own helpers (compilers, torch.compile for the baseline) run inside `trusted()`, which lifts the process and
 thread guards. Not protected: a candidate's native code can still do anything its process can; the static rules
@@ -28,8 +33,8 @@ _PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
                    "os.forkpty", "pty.spawn", "os.startfile", "socket.connect", "socket.bind", "socket.__new__",
                    "ctypes.dlopen", "ctypes.dlsym", "sys.setprofile", "sys.settrace", "sys.addaudithook",
                    "os.putenv", "os.kill", "os.killpg", "signal.pthread_kill",
-                   # deserialising code: a crafted pickle (np.load / torch.load on a fake file) calls anything
-                   "pickle.find_class", "marshal.load", "code.__new__")
+                   # deserialising: a crafted pickle (np.load / torch.load on a fake file object) calls anything
+                   "pickle.find_class")
 _ALLOWED_PROC = ("/proc/self/stat", "/proc/self/status", "/proc/self/maps", "/proc/cpuinfo", "/proc/meminfo",
                  "/proc/self/cgroup", "/proc/self/mountinfo", "/proc/sys/", "/proc/stat")
 

@@ -101,6 +101,45 @@ def _cuda_arch_tag(cuda_source: str) -> str:
     return arch_list
 
 
+_BASELINE_CPP = "torch::Tensor kforge_baseline(torch::Tensor x);"
+_BASELINE_CUDA = r"""
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+__global__ void kforge_baseline_kernel(const float* x, float* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i];
+}
+torch::Tensor kforge_baseline(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    kforge_baseline_kernel<<<1, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+}
+"""
+
+
+def _toolchain_imports(extra_cuda_cflags, extra_ldflags) -> frozenset[str]:
+    """Symbols a trivial CUDA extension imports when built by the same toolchain with the same flags: the CUDA
+    runtime and torch's headers bring them (a toolkit may link its runtime statically), not the candidate's code.
+    Built once per toolchain and cached like any build; empty when the trivial build fails."""
+    import torch
+
+    key = digest("kforge toolchain baseline", _BASELINE_CPP, _BASELINE_CUDA, repr(extra_cuda_cflags),
+                 repr(extra_ldflags), torch.__version__, str(torch.version.cuda), _cuda_arch_tag(_BASELINE_CUDA))
+    name = f"kforge_baseline_{key[:12]}"
+
+    def build(tmp: Path) -> None:
+        with guards.trusted():
+            _original(name=name, cpp_sources=_BASELINE_CPP, cuda_sources=_BASELINE_CUDA, functions=["kforge_baseline"],
+                      extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags, build_directory=str(tmp),
+                      verbose=False)
+
+    try:
+        directory, _ = cached_build("load_inline", key, build)
+    except Exception:  # noqa: BLE001 - no baseline: the candidate's binary is vetted without allowances
+        return frozenset()
+    return frozenset(native.imported_symbols(directory / f"{name}.so") or ())
+
+
 def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
                        extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None, build_directory=None,
                        verbose=False, with_cuda=None, is_python_module=True, with_pytorch_error_handling=True,
@@ -135,7 +174,11 @@ def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, ext
 
     directory, cached = cached_build("load_inline", key, build)
     launches.record_build("load_inline", key, cached, time.perf_counter() - start)
-    native.vet_binary("load_inline", directory / f"{module_name}.so")
+    so = directory / f"{module_name}.so"
+    allowed = frozenset()
+    if cuda and native.denied_imports(so):  # measure what the CUDA toolchain itself imports, once per toolchain
+        allowed = _toolchain_imports(extra_cuda_cflags, extra_ldflags)
+    native.vet_binary("load_inline", so, allowed=allowed)
     with guards.trusted():
         module = _import_extension(module_name, directory / f"{module_name}.so")
     return TrackedExtension(module, str(name))

@@ -137,11 +137,18 @@ def imported_symbols(path: Path) -> list[str] | None:
     return names
 
 
-def vet_binary(helper: str, path: Path) -> None:
+def denied_imports(path: Path) -> list[str]:
+    symbols = imported_symbols(path)
+    return sorted({s for s in symbols or () if _symbol_denied(s)})
+
+
+def vet_binary(helper: str, path: Path, allowed: frozenset[str] = frozenset()) -> None:
+    """`allowed`: symbols the toolchain itself brings into every such build (e.g. a CUDA extension's runtime
+    support), measured on a trivial build with the same toolchain and flags, never a fixed list."""
     symbols = imported_symbols(path)
     if symbols is None:
         return  # no binutils: the source checks still ran (a compiler without binutils cannot link anyway)
-    bad = sorted({s for s in symbols if _symbol_denied(s)})
+    bad = sorted({s for s in symbols if _symbol_denied(s) and s not in allowed})
     if bad:
         guards._violate(f"{helper}: the compiled kernel imports OS services or the Python interpreter: "
                         f"{', '.join(bad[:8])} [rule native-no-os]")

@@ -30,6 +30,7 @@ class IterationStatus(StrEnum):
     TIMEOUT = "timeout"
     REJECTED = "rejected"
     NO_PROGRAM = "no_program"
+    CANCELLED = "cancelled"  # the run was cancelled before this iteration reached a verdict
 
 
 PASSES = frozenset(p.value for p in Pass)

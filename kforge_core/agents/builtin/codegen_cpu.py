@@ -6,7 +6,8 @@ Schedule knobs and what they change in the emitted code:
   inline polynomial exp/log/tanh/erf that the compiler can vectorize (libm calls otherwise);
 - `block`: elementwise kernels work in 4096-element chunks; row kernels keep expensive intermediates (exp, erf, ...)
   in a per-thread row cache instead of recomputing them in the write pass, and schedule rows dynamically;
-- `unroll`: `#pragma GCC unroll 4` on inner loops and `-funroll-loops`.
+- `unroll`: `-funroll-loops`, and `#pragma GCC unroll 4` on scalar inner loops or `simdlen(16)` (two vectors
+  per iteration, independent accumulators) on vectorized ones.
 """
 
 from __future__ import annotations
@@ -220,6 +221,8 @@ class _Emitter:
             self.w(depth, f"const {n.dtype} {self.var(name)} = {node_expr(n, lambda o: self.operand(o, False))};")
 
     def loop_pragma(self, depth: int, reductions: list[str]) -> None:
+        if self.sched.unroll and not self.sched.vectorize:
+            self.w(depth, "#pragma GCC unroll 4")
         if self.sched.vectorize:
             clause = ""
             by_op: dict[str, list[str]] = {}
@@ -228,9 +231,9 @@ class _Emitter:
                 by_op.setdefault({"sum": "+", "mean": "+", "max": "max", "min": "min"}[op], []).append(f"acc_{r}")
             for op, accs in by_op.items():
                 clause += f" reduction({op}:{', '.join(accs)})"
-            self.w(depth, f"#pragma omp simd{clause}")
-        if self.sched.unroll:
-            self.w(depth, "#pragma GCC unroll 4")
+            # unrolled: two vectors per iteration (independent accumulators for reductions)
+            simdlen = " simdlen(16)" if self.sched.unroll else ""
+            self.w(depth, f"#pragma omp simd{simdlen}{clause}")
 
     def loop_body(self, depth: int, loop, cache_index: dict) -> None:
         for si in loop.slots:

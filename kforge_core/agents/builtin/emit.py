@@ -80,13 +80,13 @@ def kf_prep(t, shape, nl, inner, mode):
     return t, lead
 
 
-def kf_meta(lead, strides):
-    key = (tuple(lead), tuple(tuple(s) for s in strides))
+def kf_meta(lead, strides, device):
+    key = (tuple(lead), tuple(tuple(s) for s in strides), str(device))
     m = KF_META.get(key)
     if m is None:
         if len(KF_META) > 256:
             KF_META.clear()
-        m = torch.tensor(list(lead) + [x for s in strides for x in s], dtype=torch.int64)
+        m = torch.tensor(list(lead) + [x for s in strides for x in s], dtype=torch.int64, device=device)
         KF_META[key] = m
     return m
 '''.strip("\n")
@@ -121,7 +121,8 @@ def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], dict]:
         if s.mode == "general":
             general.append(f"l{s.index}")
     if general:
-        lines.append(f"meta = kf_meta(S[:{nl}], [{', '.join(general)}])")
+        first = next(f"a{s.index}" for s in plan.slots if s.kind == "tensor")
+        lines.append(f"meta = kf_meta(S[:{nl}], [{', '.join(general)}], {first}.device)")
         args["meta"] = "meta"
     for j, o in enumerate(plan.outputs):
         if o.inplace_slot is not None:
@@ -251,9 +252,12 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
     if "operator" in low.imports:
         std_imports.append("import operator")
     out += std_imports + ["", "import torch", "import torch.nn as nn", ""] + imports + ["", ""]
-    out.append(f"{source_name} = r\"\"\"")
-    out.append(source_text.rstrip("\n"))
-    out.append('"""')
+    if source_name:
+        out.append(f"{source_name} = r\"\"\"")
+        out.append(source_text.rstrip("\n"))
+        out.append('"""')
+    else:  # kernels written in Python (Triton)
+        out.append(source_text.rstrip("\n"))
     out += ["", ""]
     out.append(HELPERS)
     out += ["", ""]

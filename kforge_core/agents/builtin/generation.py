@@ -127,6 +127,10 @@ class BuiltinGenerationAgent:
         wanted = None
         if fb is not None and fb.recommendations:
             wanted = fb.recommendations[0].move
+        elif fb is not None:
+            return GenerationResult(program=None, error=(
+                "no move was recommended for this step (the analysis found nothing left to try); the built-in "
+                "generator does not change a program without a move"))
         order = [m for m in ([wanted] if wanted else []) + list(order_for(tinfo.device_type))
                  if m in MOVE_TEXT and not base.applied(m)]
         seen = []
@@ -173,7 +177,11 @@ class BuiltinGenerationAgent:
                 "kernels": [{"name": k.name, "label": k.label, "passes": k.npasses} for k in plan.kernels]}
         header = (f"Candidate for {name} on {tinfo.title}, written by KForge's {LABEL} synthesizer.\n\n"
                   f"{report['summary']}.\nSchedule: {_sched_text(sched)}.")
-        program = backend.program(plan, desc, sched, tinfo, header, marker_line(info))
+        try:
+            program = backend.program(plan, desc, sched, tinfo, header, marker_line(info))
+        except ValueError as e:
+            return GenerationResult(program=None, error=f"cannot write a {tinfo.name} candidate: {e}",
+                                    notes=report["summary"])
         notes = report["summary"]
         reply = [f"Synthesized {len(plan.kernels)} kernel(s) from the traced graph ({desc.get('method', 'fx')}):"]
         for k in plan.kernels:

@@ -8,7 +8,8 @@ from platforms.cuda import compile_cuda
 
 SOURCE = r"""
 extern "C" __global__ void swish_bias(const float* x, const float* bias, float* out, long long n, int cols) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
         float v = x[i];
         out[i] = v / (1.0f + expf(-v)) + bias[i % cols];
     }

@@ -11,7 +11,8 @@ extern "C" __global__ void slow_swish_bias(const float* x, const float* bias, fl
                                            long long spin_cycles) {
     long long start = clock64();
     while (clock64() - start < spin_cycles) { }
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
         float v = x[i];
         out[i] = v / (1.0f + expf(-v)) + bias[i % cols];
     }

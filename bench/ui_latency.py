@@ -1,0 +1,109 @@
+"""UI latency: time from an event written to the run store (as a worker writes it) to its text in the browser page.
+
+    python bench/ui_latency.py [--samples 20] [--url http://127.0.0.1:8501] [--kind tokens|error]
+
+By default it starts its own `streamlit run app/main.py` on a free port over a temporary store; `--url` measures a
+running app instead (it must use the same store: set KFORGE_DB for both). It seeds a live run claimed by this
+process (so the dead-worker check leaves it alone), opens the run's page in Debian's chromium through Playwright,
+then for each sample appends one event carrying a unique marker and polls the DOM (every animation frame) until the
+marker is on the page. The time is measured from just before the write to the moment the browser sees the text, so
+it includes the commit, the app's poll interval (`app.services.POLL_INTERVAL_S`), the fragment rerun, the websocket
+and the render. Goal: median <= 1 s.
+
+`--kind tokens` (default) streams model output into the open iteration (the "writing now" box); `--kind error`
+writes run-level errors (the activity log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kforge_core.store import open_store  # noqa: E402
+from tests.browser.conftest import CHROMIUM, AppServer, launch_chromium  # noqa: E402
+from tests.browser.seed import seed_live_run  # noqa: E402
+
+PAGE_READY_TIMEOUT_MS = 120_000
+SAMPLE_TIMEOUT_MS = 30_000
+
+
+def write_marker(db: Path, run_id: str, kind: str, marker: str) -> None:
+    with open_store(db) as s:
+        s.heartbeat(run_id)  # a live worker beats every few seconds; so does this stand-in
+        if kind == "tokens":
+            s.append_event(run_id, "tokens", {"text": f"{marker}\n", "agent": "generation"}, 0)
+        else:
+            s.append_event(run_id, "error", {"message": marker, "where": "bench"})
+
+
+def measure(url: str, db: Path, samples: int, kind: str, gap_s: float) -> list[float]:
+    from playwright.sync_api import sync_playwright
+
+    with open_store(db) as s:
+        run_id = seed_live_run(s, problem_name="ui_latency_bench")
+    latencies = []
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.goto(f"{url}/?run={run_id}")
+        page.get_by_text("is writing").first.wait_for(timeout=PAGE_READY_TIMEOUT_MS)
+        time.sleep(2)  # first paint done, polling steady
+        for n in range(samples):
+            marker = f"kf-latency-{n}-{uuid.uuid4().hex[:8]}"
+            t0 = time.perf_counter()
+            write_marker(db, run_id, kind, marker)
+            page.wait_for_function("m => document.body.innerText.includes(m)", arg=marker, polling="raf",
+                                   timeout=SAMPLE_TIMEOUT_MS)
+            latencies.append(time.perf_counter() - t0)
+            print(f"sample {n + 1:2d}: {latencies[-1] * 1000:7.1f} ms", flush=True)
+            time.sleep(gap_s)  # spread the writes over the poll cycle
+        browser.close()
+    with open_store(db) as s:
+        s.finish_run(run_id, "cancelled", "benchmark finished")
+    return latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=20, help="events to time (at least 10)")
+    parser.add_argument("--url", help="a running app (default: start one over a temporary store)")
+    parser.add_argument("--kind", choices=("tokens", "error"), default="tokens")
+    parser.add_argument("--gap-s", type=float, default=0.37, help="pause between samples (not a poll multiple)")
+    args = parser.parse_args()
+    if args.samples < 10:
+        parser.error("--samples must be at least 10")
+    if not Path(CHROMIUM).exists():
+        print(f"chromium not found at {CHROMIUM}: apt-get install -y chromium", file=sys.stderr)
+        return 2
+    server = None
+    if args.url:
+        db = Path(os.environ.get("KFORGE_DB") or Path("~/.local/share/kforge/runs.db")).expanduser()
+        url = args.url.rstrip("/")
+    else:
+        db = Path(tempfile.mkdtemp(prefix="kforge-ui-latency-")) / "runs.db"
+        server = AppServer(db).start()
+        url = server.url
+    try:
+        latencies = measure(url, db, args.samples, args.kind, args.gap_s)
+    finally:
+        if server is not None:
+            server.stop()
+    ms = sorted(x * 1000 for x in latencies)
+    median = statistics.median(ms)
+    p90 = ms[min(len(ms) - 1, int(round(0.9 * (len(ms) - 1))))]
+    print(f"\nevent -> browser ({args.kind}), {len(ms)} samples: median {median:.0f} ms, p90 {p90:.0f} ms, "
+          f"min {ms[0]:.0f} ms, max {ms[-1]:.0f} ms; goal median <= 1000 ms: {'met' if median <= 1000 else 'MISSED'}")
+    return 0 if median <= 1000 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""The Runs, Compare and Settings pages over a real temporary store and settings file; and the app's promises that
+are cheap to check: it never imports torch, it never shows a saved key in full, ceilings are never guessed."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from kforge_core.store import open_store
+from tests.browser.appkit import REPO, app, app_env, texts, use_targets  # noqa: F401,F811 - pytest fixtures
+from tests.browser.seed import seed_finished_run, seed_live_run
+from tests.fakes.openai_server import FakeOpenAIServer
+
+
+@pytest.fixture
+def two_runs(app_env):
+    with open_store() as s:
+        done = seed_finished_run(s, problem_name="swish_bias")
+        live = seed_live_run(s, problem_name="layernorm_live")
+    return done, live
+
+
+# --------------------------------------------------------------------------------------------------- Runs
+
+def test_runs_page_lists_history(two_runs, use_targets):
+    done, live = two_runs
+    at = app("runs").run()
+    assert not at.exception
+    body = texts(at)
+    assert "swish_bias" in body and "layernorm_live" in body
+    assert "3.20x" in body  # best speedup of the finished run
+    assert "succeeded" in body and "running" in body
+    assert "built-in, rule-based (no LLM)" in body
+    links = [link.proto for link in at.get("page_link")]
+    assert any(done in str(p) for p in links) and any(live in str(p) for p in links)
+
+
+def test_runs_page_filters(two_runs, use_targets):
+    at = app("runs").run()
+    at.text_input(key="kf-runs-search").set_value("layernorm").run()
+    body = texts(at)
+    assert "layernorm_live" in body and "swish_bias" not in body
+    at.text_input(key="kf-runs-search").set_value("").run()
+    at.multiselect(key="kf-runs-status").set_value(["succeeded"]).run()
+    body = texts(at)
+    assert "swish_bias" in body and "layernorm_live" not in body
+
+
+def test_runs_page_marks_runs_whose_worker_died(app_env, use_targets):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with open_store() as s:
+        run_id = seed_live_run(s, pid=dead.pid)
+    at = app("runs").run()
+    assert not at.exception
+    assert "interrupted" in texts(at)
+    with open_store() as s:
+        assert s.get_run(run_id)["status"] == "interrupted"
+
+
+def test_runs_page_empty_store(app_env, use_targets):
+    at = app("runs").run()
+    assert not at.exception
+    assert "No runs yet" in texts(at)
+
+
+# --------------------------------------------------------------------------------------------------- Compare
+
+def test_compare_two_iterations(two_runs, use_targets):
+    done, _ = two_runs
+    at = app("compare", a=f"{done}:1", b=f"{done}:2").run()
+    assert not at.exception
+    body = texts(at)
+    assert "#pragma omp parallel for" in body  # the diff A -> B
+    rows = at.dataframe[0].value
+    assert list(rows["side"]) == ["A", "B"]
+    assert list(rows["vs eager"]) == ["1.60x", "3.20x"]
+    assert "**B** is **2.00×** faster." in body
+
+
+def test_compare_defaults_b_to_the_previous_program(two_runs, use_targets):
+    done, _ = two_runs
+    at = app("compare", a=f"{done}:2").run()
+    assert not at.exception
+    assert at.query_params["b"] == [f"{done}:1"] or at.query_params["b"] == f"{done}:1"
+
+
+# --------------------------------------------------------------------------------------------------- Settings
+
+def test_settings_saves_defaults_and_never_shows_the_key(app_env, use_targets):
+    path = app_env / "settings.toml"
+    path.write_text('[llm]\nmodel = "old"\n\n[other]\nkeep = true\n')
+    at = app("settings").run()
+    assert not at.exception
+    at.text_input(key="kf-set-base-url").set_value("http://127.0.0.1:8000/v1")
+    at.text_input(key="kf-set-api-key").set_value("sk-secret-abcdefgh-1234")
+    at.text_input(key="kf-set-model").set_value("coder")
+    at.text_input(key="kf-set-analysis-model").set_value("analyst")
+    at.number_input(key="kf-set-price-in").set_value(2.5)
+    at.number_input(key="kf-set-price-out").set_value(10.0)
+    next(b for b in at.button if b.label == "Save").click().run()
+    assert not at.exception
+    saved = tomllib.loads(path.read_text())
+    assert saved["llm"] == {"base_url": "http://127.0.0.1:8000/v1", "api_key": "sk-secret-abcdefgh-1234",
+                            "model": "coder", "analysis_model": "analyst"}
+    assert saved["pricing"] == {"prompt_price_per_1m_tokens": 2.5, "completion_price_per_1m_tokens": 10.0}
+    assert saved["other"] == {"keep": True}  # other tables survive
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    at = app("settings").run()  # a fresh page: the key shows masked, never in full
+    assert "sk-secret-abcdefgh-1234" not in str(at._tree)
+    assert "…1234" in at.text_input(key="kf-set-api-key").proto.placeholder
+
+
+def test_settings_endpoint_check_lists_models_and_latency(app_env, use_targets):
+    with FakeOpenAIServer("ok", models=("coder", "analyst")) as server:
+        at = app("settings").run()
+        at.text_input(key="kf-set-base-url").set_value(server.base_url)
+        at.text_input(key="kf-set-model").set_value("coder")
+        next(b for b in at.button if b.label == "Check endpoint").click().run()
+    assert not at.exception
+    ok = " ".join(s.value for s in at.success)
+    assert "answered in" in ok and "`coder` is listed" in ok
+
+
+def test_settings_endpoint_check_unreachable(app_env, use_targets):
+    at = app("settings").run()
+    at.text_input(key="kf-set-base-url").set_value("http://127.0.0.1:9/v1")
+    at.text_input(key="kf-set-model").set_value("coder")
+    next(b for b in at.button if b.label == "Check endpoint").click().run()
+    assert not at.exception
+    assert any("Endpoint check failed" in e.value for e in at.error)
+
+
+def test_settings_shows_rules_tolerances_and_ceilings(app_env, use_targets):
+    from kforge_core.rules import RULES
+
+    cache = app_env / "cache"
+    cache.mkdir()
+    cpu = next(t for t in use_targets if t["name"] == "cpu")
+    (cache / "ceilings.json").write_text(json.dumps({f"cpu:{cpu['device_name']}": {
+        "bandwidth_gbs": 12.5, "fp32_tflops": 0.0731, "method": "seeded for the test"}}))
+    at = app("settings").run()
+    assert not at.exception
+    body = texts(at)
+    assert all(f"**{rule.id}**" in body for rule in RULES)
+    assert r"\_\_import\_\_" in body  # dunders stay dunders, not bold
+    assert {r["policy"] for r in at.dataframe[0].value.to_dict("records")} == {"default", "kernelbench"}
+    values = {m.label: m.value for m in at.metric}
+    assert values["Memory bandwidth"] == "12.5 GB/s" and values["fp32 peak"] == "0.0731 TFLOP/s"
+    assert values["bf16 peak"] == "unknown"  # never measured: never guessed
+
+
+def test_ceilings_cache_path_matches_the_roofline_module(app_env):
+    from app.ceilings import cache_path
+    from kforge_core.roofline import _cache_path
+
+    assert cache_path() == _cache_path()
+
+
+def test_settings_file_that_is_not_toml_is_reported(app_env, use_targets):
+    (app_env / "settings.toml").write_text("[llm\nbroken")
+    at = app("settings").run()
+    assert not at.exception
+    assert any("not valid TOML" in e.value for e in at.error)
+    at = app().run()  # the Synthesize page says so too, and falls back to the built-in synthesizer
+    assert not at.exception
+    assert any("not valid TOML" in w.value for w in at.warning)
+
+
+# --------------------------------------------------------------------------------------------------- promises
+
+def test_app_process_never_imports_torch(tmp_path):
+    """Every page, a stored run and a live one render without torch in the app process (discovery, validation,
+    run creation and measurements run in children)."""
+    script = f"""
+import os, sys
+sys.path.insert(0, {str(REPO)!r})
+os.environ["KFORGE_DB"] = {str(tmp_path / "runs.db")!r}
+os.environ["KFORGE_SETTINGS"] = {str(tmp_path / "settings.toml")!r}
+from kforge_core.store import open_store
+from tests.browser.seed import seed_finished_run, seed_live_run
+with open_store() as s:
+    done, live = seed_finished_run(s), seed_live_run(s)
+from tests.browser.appkit import app
+for page, query in ((None, {{}}), (None, {{"run": done}}), (None, {{"run": live}}), ("runs", {{}}),
+                    ("compare", {{"a": done + ":1"}}), ("settings", {{}})):
+    at = app(page, **query).run()
+    assert not at.exception, (page, at.exception)
+print("torch imported:", "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "torch imported: False" in out.stdout
+
+
+def test_measure_now_runs_in_a_child_and_fills_the_ceilings(app_env, use_targets):
+    at = app("settings").run()
+    at.button(key="kf-measure-cpu").click().run()
+    assert not at.exception
+    assert any(s.value == "Measured." for s in at.success), [e.value for e in at.error]
+    values = {m.label: m.value for m in at.metric}
+    assert values["Memory bandwidth"].endswith("GB/s") and values["fp32 peak"].endswith("TFLOP/s")
+    assert json.loads((app_env / "cache" / "ceilings.json").read_text())  # the roofline's own cache
+
+
+def test_interrupted_run_offers_resume(app_env, use_targets):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with open_store() as s:
+        run_id = seed_live_run(s, pid=dead.pid)
+    at = app(run=run_id).run()
+    assert not at.exception
+    assert "interrupted" in texts(at)
+    assert any(b.label == "Resume" for b in at.button)
+    assert not any(b.label == "Cancel run" for b in at.button)

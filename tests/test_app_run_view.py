@@ -1,0 +1,127 @@
+"""The run view (Synthesize page with ?run=): a stored run replayed from a real temporary SQLite store, written
+through the store API as a worker would have written it; no loop runs here."""
+
+from __future__ import annotations
+
+import pytest
+
+from kforge_core.store import EVENT_KINDS, open_store
+from tests.browser.appkit import app, app_env, texts, use_targets  # noqa: F401,F811 - pytest fixtures
+from tests.browser.seed import MARKER_PROGRAM, seed_finished_run, seed_live_run
+
+
+@pytest.fixture
+def finished_run(app_env):
+    with open_store() as s:
+        return seed_finished_run(s)
+
+
+def metrics(at) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_replays_a_finished_run(finished_run, use_targets):
+    at = app(run=finished_run).run()
+    assert not at.exception
+    body = texts(at)
+    assert "swish_bias" in body and "succeeded" in body
+    m = metrics(at)
+    assert m["Best vs eager"] == "3.20x" and m["Best vs torch.compile"] == "2.00x" and m["Best time"] == "1.25 ms"
+    assert m["Iterations"] == "3 / 5"
+    assert m["Tokens"] == "2,100 / 750"
+    # the timeline: functional F0 (build failed), F1, then optimization O2, newest selected
+    timeline = [b for b in at.button if b.key.startswith("kf-it:")]
+    assert [b.label.split()[0] for b in timeline] == ["F0", "F1", "O2"]
+    assert [b.proto.type for b in timeline] == ["secondary", "secondary", "primary"]  # the newest is selected
+    assert "Iteration #2" in body
+    assert [t.label for t in at.tabs] == ["Program", "Diff", "Result", "Profile", "Analysis", "Model I/O"]
+    assert len(at.get("plotly_chart")) == 1
+    # program highlighted by pygments, kernel source shown separately with the target's lexer (cpp)
+    assert 'class="kf-code"' in body and "Kernel source" in body
+    assert "Parallelize the row loop" in body  # recommendations that guided #2
+    assert "Changes against iteration #1" in body  # the diff
+    assert "kforge::swish_bias" in str([df.value for df in at.dataframe])  # the profile table
+
+
+def test_picking_an_iteration_shows_its_compile_error(finished_run, use_targets):
+    at = app(run=finished_run).run()
+    at.button(key=f"kf-it:{finished_run}:0").click().run()
+    assert not at.exception
+    body = texts(at)
+    assert "Iteration #0" in body and "build failed" in body
+    assert "expected &#x27;;&#x27; before &#x27;out&#x27;" in body or "expected ';' before 'out'" in body
+    assert "Compiler output" in body
+    assert MARKER_PROGRAM in body  # the program's notes
+    # picking an older iteration stops following the newest
+    at.run()
+    assert "Iteration #0" in texts(at)
+
+
+def test_unknown_run_says_so_in_place(app_env, use_targets):
+    at = app(run="nosuchrun123").run()
+    assert not at.exception
+    assert "There is no run `nosuchrun123`" in texts(at)
+
+
+def test_live_run_shows_streamed_output_then_stops_polling(app_env, use_targets):
+    with open_store() as s:
+        run_id = seed_live_run(s)
+    at = app(run=run_id).run()
+    assert not at.exception
+    body = texts(at)
+    assert "The generation agent is writing iteration #0" in body
+    assert "Thinking about the kernel" in body
+    assert any(b.label in ("Cancel run", "Cancelling…") for b in at.button)
+    with open_store() as s:
+        s.append_event(run_id, "program_extracted", {"iteration": 0, "code": "class ModelNew: pass\n",
+                                                     "language": "python", "notes": ""}, 0)
+        s.append_event(run_id, "verdict", {"iteration": 0, "verdict": {"status": "rejected",
+                                                                        "reason": "no kernel launched"}}, 0)
+        s.finish_iteration(run_id, 0, "rejected", reason="no kernel launched")
+        s.finish_run(run_id, "failed", "no correct program was found")
+    at.run()
+    assert not at.exception
+    body = texts(at)
+    assert "is writing" not in body
+    assert "no correct program was found" in body
+    assert not any(b.label == "Cancel run" for b in at.button)
+
+
+def test_cancel_button_requests_cancel(app_env, use_targets):
+    with open_store() as s:
+        run_id = seed_live_run(s)
+    at = app(run=run_id).run()
+    next(b for b in at.button if b.label == "Cancel run").click().run()
+    assert not at.exception
+    with open_store() as s:
+        assert s.cancel_requested(run_id)
+        assert any(e["kind"] == "cancel_requested" for e in s.events(run_id))
+
+
+def test_every_event_kind_has_one_renderer():
+    """Style rule 13: one renderer per event kind, shared by live and stored runs."""
+    from app.renderers import RENDERERS
+
+    assert EVENT_KINDS <= set(RENDERERS), f"no renderer for {sorted(EVENT_KINDS - set(RENDERERS))}"
+
+
+def test_replay_equals_live_fold():
+    """Folding the log in one go (a stored run) or in polls of any size (live) gives the same state."""
+    from app.run_state import RunState, apply
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp, open_store(Path(tmp) / "runs.db") as s:
+        run_id = seed_finished_run(s)
+        events = s.events(run_id)
+    whole = apply(RunState(run_id), events)
+    polled = RunState(run_id)
+    for start in range(0, len(events), 3):
+        apply(polled, events[start:start + 3] + events[max(0, start - 1):start])  # overlapping polls are ignored
+    assert polled.last_seq == whole.last_seq == events[-1]["seq"]
+    assert [vars(it) for it in polled.ordered] == [vars(it) for it in whole.ordered]
+    assert [p["first_iteration"] for p in whole.passes] == [0, 2]
+    # consecutive streamed chunks of one agent are one stream
+    tokens = [e for e in whole.iterations[0].events if e["kind"] == "tokens"]
+    assert len(tokens) == 1 and tokens[0]["data"]["text"].startswith("Here is a fused kernel")

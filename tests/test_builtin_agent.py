@@ -1,0 +1,505 @@
+"""The built-in, rule-based agents (kforge_core.agents.builtin): synthesized CPU candidates judged by the real
+evaluator, the optimization moves, the analysis agent's mapping from profile facts to moves, and clear errors for
+modules it cannot synthesize. Small sizes; correctness runs use EvalOptions(timing=False); the one timed run has a
+tiny budget and asserts only structure, never speed."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+
+from kforge_core.agents.base import (AnalysisRequest, Feedback, GenerationRequest, GenerationResult,
+                                     Recommendation)
+from kforge_core.agents.builtin import BuiltinAnalysisAgent, BuiltinGenerationAgent, Schedule, build_agents
+from kforge_core.agents.builtin.schedule import CATALOGUE, CPU_ORDER, LABEL, MOVE_TITLES, read_marker
+from kforge_core.evaluator import EvalOptions, evaluate
+from kforge_core.platform import get_platform
+from kforge_core.problem import load_problem
+from kforge_core.rules import check_candidate
+
+CPU = get_platform("cpu")
+if not CPU.availability().ok:  # pragma: no cover - CI has g++
+    pytest.skip("no C++ compiler", allow_module_level=True)
+
+
+def _src(body: str) -> str:
+    return textwrap.dedent(body).strip() + "\n"
+
+
+POINTWISE = _src('''
+    """Elementwise chain with broadcasting, Python scalars (forward argument and module attribute) and many ops."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Model(nn.Module):
+        def __init__(self, channels):
+            super().__init__()
+            self.bias = nn.Parameter(torch.randn(channels))
+            self.scale = 0.5
+
+        def forward(self, x, y, alpha: float):
+            h = x * self.scale + y
+            h = torch.where(h > 0, h, 0.1 * h)
+            h = torch.clamp(h, -1.5, 2.0) + alpha * torch.sigmoid(x)
+            h = F.gelu(h, approximate="tanh") - torch.tanh(h).abs() + torch.sqrt(torch.abs(x) + 1.0)
+            h = torch.maximum(h, torch.exp(-x * x)) + h.pow(2) * 0.1 + torch.rsqrt(h * h + 1.0)
+            h = h - F.silu(h) / (1.0 + torch.log(x.abs() + 1.0)) + F.gelu(-h) + torch.relu(-x) * 0.25
+            return h * self.bias.view(1, -1, 1, 1)
+
+
+    def get_inputs():
+        return [torch.randn(3, 8, 5, 16), torch.randn(8, 1, 1), 0.75]
+
+
+    def get_init_inputs():
+        return [8]
+''')
+
+ROWS = _src('''
+    """Softmax, log_softmax and sum / mean / max reductions over the last dimension."""
+    import torch
+    import torch.nn as nn
+
+
+    class Model(nn.Module):
+        def forward(self, x):
+            a = torch.softmax(x * 2.0, dim=-1)
+            b = torch.log_softmax(x, dim=-1)
+            s = x.sum(dim=-1, keepdim=True)
+            m = x.mean(-1)
+            mx = torch.amax(x, dim=-1)
+            v = torch.max(x, dim=-1).values
+            return a + b + s / 100.0, m + mx - v
+
+
+    def get_inputs():
+        return [torch.randn(6, 9, 300)]
+
+
+    def get_init_inputs():
+        return []
+''')
+
+NORMS = _src('''
+    """LayerNorm (module) of a residual sum, then RMSNorm written out as x * rsqrt(mean(x^2) + eps) * w."""
+    import torch
+    import torch.nn as nn
+
+
+    class Model(nn.Module):
+        def __init__(self, hidden, eps):
+            super().__init__()
+            self.norm = nn.LayerNorm(hidden)
+            with torch.no_grad():
+                self.norm.weight.add_(0.1 * torch.randn(hidden))
+                self.norm.bias.add_(0.1 * torch.randn(hidden))
+            self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(hidden))
+            self.eps = eps
+
+        def forward(self, x, residual):
+            h = self.norm(x + residual)
+            return h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+    def get_inputs():
+        return [torch.randn(4, 33, 96), torch.randn(4, 33, 96)]
+
+
+    def get_init_inputs():
+        return [96, 1e-6]
+''')
+
+LINEAR_GELU = _src('''
+    """Linear with bias then GELU: the matmul stays in the vendor library, bias + GELU is one epilogue kernel."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Model(nn.Module):
+        def __init__(self, n_in, n_out):
+            super().__init__()
+            self.fc = nn.Linear(n_in, n_out)
+
+        def forward(self, x):
+            return F.gelu(self.fc(x))
+
+
+    def get_inputs():
+        return [torch.randn(64, 48)]
+
+
+    def get_init_inputs():
+        return [48, 80]
+''')
+
+SOFTMAX_CHAIN = _src('''
+    """Scaled, biased softmax followed by a SiLU gate: elementwise and row work the moves can change."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Model(nn.Module):
+        def __init__(self, cols):
+            super().__init__()
+            self.bias = nn.Parameter(0.1 * torch.randn(cols))
+
+        def forward(self, x, gate):
+            p = torch.softmax(x * 0.5 + self.bias, dim=-1)
+            return p * F.silu(gate) + torch.tanh(gate) * 0.01
+
+
+    def get_inputs():
+        return [torch.randn(37, 257), torch.randn(37, 257)]
+
+
+    def get_init_inputs():
+        return [257]
+''')
+
+CONV_ONLY = _src('''
+    import torch
+    import torch.nn as nn
+
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            return self.conv(x)
+
+
+    def get_inputs():
+        return [torch.randn(1, 3, 8, 8)]
+
+
+    def get_init_inputs():
+        return []
+''')
+
+DATA_DEPENDENT = _src('''
+    import torch
+    import torch.nn as nn
+
+
+    class Model(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return torch.relu(x) * 2.0
+            return x - 1.0
+
+
+    def get_inputs():
+        return [torch.randn(4, 4)]
+
+
+    def get_init_inputs():
+        return []
+''')
+
+FAST = EvalOptions(timing=False)
+
+
+@pytest.fixture(scope="module")
+def agent() -> BuiltinGenerationAgent:
+    return BuiltinGenerationAgent()
+
+
+def _request(source: str, name: str, pass_name: str = "functional", previous: str | None = None,
+             feedback: Feedback | None = None, iteration: int = 0) -> GenerationRequest:
+    ex_problem, ex_candidate = CPU.example().read()
+    return GenerationRequest(problem_source=source, problem_name=name, target="cpu", platform_title=CPU.title,
+                             example_problem=ex_problem, example_candidate=ex_candidate,
+                             kernel_language=CPU.kernel_language, pass_name=pass_name, iteration=iteration,
+                             previous_program=previous, feedback=feedback, candidate_api=CPU.candidate_api,
+                             platform_module=CPU.module_name)
+
+
+def _judge(source: str, program: str, name: str = "p"):
+    assert not check_candidate(program, CPU.module_name, CPU.candidate_api), "static rules reject the candidate"
+    verdict = evaluate(load_problem(text=source, name=name), program, "cpu", FAST)
+    assert verdict.status == "correct", f"{verdict.status}: {verdict.reason}\n{verdict.compile_log}\n{verdict.log_tail}"
+    assert sum(verdict.kernel_launches.values()) > 0
+    return verdict
+
+
+# ------------------------------------------------------------------------------------------------ label / API
+
+def test_labels_say_rule_based_no_llm():
+    gen, ana = BuiltinGenerationAgent(), BuiltinAnalysisAgent()
+    assert gen.label == ana.label == LABEL == "built-in, rule-based (no LLM)"
+
+    class Config:
+        size_class = "cpu"
+
+    g, a = build_agents(Config())
+    assert isinstance(g, BuiltinGenerationAgent) and isinstance(a, BuiltinAnalysisAgent)
+    assert g.size_class == "cpu"
+
+
+# ------------------------------------------------------------------------------------------ supported patterns
+
+@pytest.mark.parametrize("name,source,expect_kernels,expect_text", [
+    ("pointwise", POINTWISE, 1, "synthesized"),
+    ("rows", ROWS, None, "synthesized"),
+    ("norms", NORMS, None, "synthesized"),
+    ("linear_gelu", LINEAR_GELU, 1, "matrix product via torch"),
+])
+def test_pattern_synthesized_and_correct(agent, name, source, expect_kernels, expect_text):
+    """The functional candidate (plain) is correct; so is the fully optimized one for the same graph."""
+    first = agent.generate(_request(source, name))
+    assert first.program, first.error
+    assert "100%" in first.notes and expect_text in first.notes, first.notes
+    assert "from platforms.cpu import compile_cpp" in first.program
+    best = agent.synthesize(source, "cpu", Schedule(fuse=True, parallel=True, vectorize=True, block=True,
+                                                    unroll=True), name)
+    assert best.program and best.program != first.program
+    marker = read_marker(best.program)
+    if expect_kernels is not None:
+        assert len(marker["kernels"]) == expect_kernels, marker["kernels"]
+    assert len(marker["kernels"]) <= len(read_marker(first.program)["kernels"])
+    _judge(source, best.program, name)
+    if name in ("pointwise", "rows"):  # the plain version too (one kernel per node, scalar, serial)
+        _judge(source, first.program, name)
+
+
+def test_linear_epilogue_runs_in_place_on_the_matmul_result(agent):
+    res = agent.synthesize(LINEAR_GELU, "cpu", Schedule(fuse=True), "linear_gelu")
+    assert "torch.nn.functional.linear(" in res.program  # the GEMM without its bias: the bias is in the epilogue
+    assert "written in place" in res.program
+    kernels = read_marker(res.program)["kernels"]
+    assert len(kernels) == 1 and "gelu" in kernels[0]["label"] and "bias" in kernels[0]["label"]
+
+
+# ------------------------------------------------------------------------------------------------ moves
+
+def test_each_move_gives_a_different_correct_program(agent):
+    """The optimization pass as the loop drives it: previous program + recommended move -> a new program."""
+    current = agent.generate(_request(SOFTMAX_CHAIN, "softmax_chain"))
+    assert current.program, current.error
+    programs = [current.program]
+    _judge(SOFTMAX_CHAIN, current.program, "softmax_chain")
+    for i, move in enumerate(CPU_ORDER, 1):
+        rec = Recommendation(title=MOVE_TITLES[move], change="", why="test", move=move)
+        fb = Feedback(status="correct", reason="ok", recommendations=[rec])
+        nxt = agent.generate(_request(SOFTMAX_CHAIN, "softmax_chain", "optimization", current.program, fb, i))
+        assert nxt.program, nxt.error
+        assert nxt.program not in programs, f"move {move} did not change the program"
+        assert read_marker(nxt.program)["schedule"] == Schedule.from_dict(
+            read_marker(current.program)["schedule"]).with_move(move).to_dict()
+        assert f"move {move!r}" in nxt.notes
+        _judge(SOFTMAX_CHAIN, nxt.program, "softmax_chain")
+        programs.append(nxt.program)
+        current = nxt
+    src = programs[-1]
+    assert "#pragma omp parallel" in src and "#pragma omp simd" in src and "kf_cache" in src
+    assert "simdlen(16)" in src and "-funroll-loops" in src
+    # every move applied: nothing left, said clearly instead of repeating a program
+    fb = Feedback(status="correct", reason="ok", recommendations=[Recommendation("x", "", "", move="vectorize")])
+    done = agent.generate(_request(SOFTMAX_CHAIN, "softmax_chain", "optimization", current.program, fb, 9))
+    assert done.program is None and "exhausted" in done.error
+
+
+def test_recommended_move_that_changes_nothing_falls_through(agent):
+    """`fuse` on a single-node problem changes nothing: the next move in the order is applied instead."""
+    single = _src('''
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.sigmoid(x)
+
+
+        def get_inputs():
+            return [torch.randn(8, 8)]
+
+
+        def get_init_inputs():
+            return []
+    ''')
+    first = agent.generate(_request(single, "sig"))
+    fb = Feedback(status="correct", reason="ok", recommendations=[Recommendation("f", "", "", move="fuse")])
+    nxt = agent.generate(_request(single, "sig", "optimization", first.program, fb, 1))
+    sched = read_marker(nxt.program)["schedule"]
+    assert sched["fuse"] and sched["parallel"], sched  # fuse counted as done, parallelize_rows applied
+    assert "skipped fuse" in nxt.notes
+
+
+def test_failed_functional_candidate_gets_a_conservative_variant(agent):
+    first = agent.generate(_request(ROWS, "rows"))
+    fb = Feedback(status="runtime_error", reason="boom")
+    second = agent.generate(_request(ROWS, "rows", "functional", first.program, fb, 1))
+    assert second.program and read_marker(second.program)["schedule"]["conservative"]
+    assert "kept in PyTorch" in second.notes  # reductions stay in PyTorch in this variant
+    third = agent.generate(_request(ROWS, "rows", "functional", second.program, fb, 2))
+    assert third.program is None and "no other variant" in third.error
+
+
+# ------------------------------------------------------------------------------------------------ unsupported
+
+def test_conv_only_module_is_refused_with_a_clear_message(agent):
+    res = agent.generate(_request(CONV_ONLY, "conv"))
+    assert res.program is None
+    assert "nothing to synthesize" in res.error and "conv2d" in res.error
+
+
+def test_matmul_only_module_is_refused_with_a_clear_message(agent):
+    src = _src('''
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def forward(self, a, b):
+                return torch.matmul(a, b)
+
+
+        def get_inputs():
+            return [torch.randn(8, 8), torch.randn(8, 8)]
+
+
+        def get_init_inputs():
+            return []
+    ''')
+    res = agent.generate(_request(src, "mm"))
+    assert res.program is None and "matrix products" in res.error and "vendor library" in res.error
+
+
+def test_data_dependent_control_flow_is_refused_with_a_clear_message(agent):
+    res = agent.generate(_request(DATA_DEPENDENT, "branchy"))
+    assert res.program is None
+    assert "cannot trace" in res.error and "torch.fx" in res.error and "torch.export" in res.error
+
+
+def test_partial_support_keeps_unsupported_nodes_in_pytorch(agent):
+    src = _src('''
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+            def forward(self, x):
+                return torch.relu(self.conv(x) * 2.0 + 1.0)
+
+
+        def get_inputs():
+            return [torch.randn(2, 3, 8, 8)]
+
+
+        def get_init_inputs():
+            return []
+    ''')
+    res = agent.synthesize(src, "cpu", Schedule(fuse=True), "conv_relu")
+    assert res.program, res.error
+    assert re.search(r"3 of 4 nodes \(75%\) synthesized: 3 in 1 custom kernel; kept in PyTorch: conv2d", res.notes), \
+        res.notes
+    assert "self.conv(" in res.program
+    _judge(src, res.program, "conv_relu")
+
+
+# ------------------------------------------------------------------------------------------------ analysis
+
+def _program(agent, sched: Schedule) -> str:
+    return agent.synthesize(SOFTMAX_CHAIN, "cpu", sched, "softmax_chain").program
+
+
+def _profile(kernels: list[tuple[str, float, bool]], per_forward_ms: float = 2.0) -> dict:
+    rows = [{"name": n, "calls_per_forward": 1.0, "ms_per_forward": share * per_forward_ms, "share": share,
+             "custom": custom} for n, share, custom in kernels]
+    custom_share = sum(r["share"] for r in rows if r["custom"])
+    return {"tool": "test", "device": "cpu", "per_forward_ms": per_forward_ms, "kernels": rows,
+            "custom_share": custom_share, "launches_per_forward": float(sum(1 for r in rows if r["custom"])),
+            "notes": []}
+
+
+ROOF = {"bytes": 8e6, "flops": 1e6, "bandwidth_gbs": 10.0, "fp32_tflops": 0.1, "memory_floor_ms": 0.8,
+        "compute_floor_ms": 0.01, "floor_ms": 0.8, "bound": "memory", "pct_of_roofline": 40.0}
+
+
+def _analysis(program: str, profile: dict | None, history=()) -> AnalysisRequest:
+    return AnalysisRequest(program=program, problem_source=SOFTMAX_CHAIN, target="cpu", platform_title=CPU.title,
+                           profile=profile, roofline=dict(ROOF), candidate_ms=2.0, eager_ms=3.0, compiled_ms=1.5,
+                           history=list(history))
+
+
+def test_analysis_recommends_fuse_for_several_kernels(agent):
+    program = _program(agent, Schedule())
+    prof = _profile([("kforge::kf_k0", 0.3, True), ("kforge::kf_k1", 0.3, True), ("kforge::kf_k2", 0.2, True),
+                     ("aten::empty", 0.2, False)])
+    res = BuiltinAnalysisAgent().analyze(_analysis(program, prof))
+    assert res.recommendations and res.recommendations[0].move == "fuse"
+    why = res.recommendations[0].why
+    assert "3 custom kernel launches per forward" in why and "40% of the memory floor" in why
+    assert all(r.move in CATALOGUE for r in res.recommendations)
+    assert all(r.why and r.title == MOVE_TITLES[r.move] for r in res.recommendations)
+
+
+def test_analysis_recommends_parallel_then_vectorize_and_skips_applied_and_tried(agent):
+    ana = BuiltinAnalysisAgent()
+    fused = _program(agent, Schedule(fuse=True))
+    prof = _profile([("kforge::kf_k0", 0.9, True), ("aten::empty", 0.1, False)])
+    res = ana.analyze(_analysis(fused, prof))
+    assert res.recommendations[0].move == "parallelize_rows"
+    assert "90%" in res.recommendations[0].why and "one thread" in res.recommendations[0].why
+    assert "fuse" not in [r.move for r in res.recommendations]  # already applied (schedule marker)
+    history = [{"iteration": 3, "tried": MOVE_TITLES["parallelize_rows"], "outcome": "correct, not faster",
+                "status": "correct", "candidate_ms": 2.1}]
+    res2 = ana.analyze(_analysis(fused, prof, history))
+    assert res2.recommendations[0].move == "vectorize"  # tried moves are not recommended again
+    assert "parallelize_rows" not in [r.move for r in res2.recommendations]
+
+
+def test_analysis_has_nothing_left_when_the_catalogue_is_exhausted(agent):
+    program = _program(agent, Schedule(fuse=True, parallel=True, vectorize=True, block=True, unroll=True))
+    res = BuiltinAnalysisAgent().analyze(_analysis(program, _profile([("kforge::kf_k0", 1.0, True)])))
+    assert res.recommendations == [] and "exhausted" in res.text
+
+
+def test_analysis_reads_programs_it_did_not_write():
+    """An LLM-written OpenMP + SIMD kernel: no marker; the source shows what is already done."""
+    foreign = 'SOURCE = r"""\nextern "C" void k(const float* x, float* o, int64_t n) {\n' \
+              '#pragma omp parallel for simd\nfor (int64_t i = 0; i < n; ++i) o[i] = std::exp(x[i]);\n}\n"""\n'
+    res = BuiltinAnalysisAgent().analyze(_analysis(foreign, _profile([("kforge::k", 0.95, True)]), []))
+    moves = [r.move for r in res.recommendations]
+    assert "parallelize_rows" not in moves and "vectorize" not in moves and "fuse" not in moves
+    assert moves and moves[0] == "block_shape"
+    none = BuiltinAnalysisAgent().analyze(_analysis(foreign, None))  # no profile at all: still a recommendation
+    assert none.recommendations
+
+
+def test_measured_profile_feeds_the_analysis(agent):
+    """One real timed + profiled evaluation (tiny budget, no baselines); only structure is asserted."""
+    res = agent.synthesize(SOFTMAX_CHAIN, "cpu", Schedule(), "softmax_chain")
+    opts = EvalOptions(timing=True, baselines=False, profile=True,
+                       timing_options={"min_trials": 3, "max_trials": 5, "budget_s": 0.2})
+    verdict = evaluate(load_problem(text=SOFTMAX_CHAIN, name="softmax_chain"), res.program, "cpu", opts)
+    assert verdict.status == "correct", verdict.reason
+    assert verdict.profile and verdict.profile.get("kernels"), verdict.profile
+    analysis = BuiltinAnalysisAgent().analyze(AnalysisRequest(
+        program=res.program, problem_source=SOFTMAX_CHAIN, target="cpu", platform_title=CPU.title,
+        profile=verdict.profile, roofline=verdict.roofline, candidate_ms=verdict.candidate_ms,
+        eager_ms=verdict.eager_ms, compiled_ms=None))
+    assert analysis.recommendations, analysis.text
+    first = analysis.recommendations[0]
+    assert first.move == "fuse"  # several kernels per forward in the plain first version
+    assert re.search(r"\d", first.why)
+    assert analysis.usage.model == LABEL
+
+
+def test_generation_result_shape(agent):
+    res = agent.generate(_request(ROWS, "rows"))
+    assert isinstance(res, GenerationResult) and res.error is None and res.reply_text
+    assert res.usage.model == LABEL and res.usage.prompt_tokens == 0

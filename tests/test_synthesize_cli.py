@@ -1,0 +1,172 @@
+"""`python -m kforge_core synthesize` and `runs`, run as real subprocesses against a real local OpenAI-protocol
+server, with the real evaluator on the CPU target."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kforge_core.cli import build_parser
+from kforge_core.cli.synthesize_cmd import NO_ENDPOINT_NOTE
+from kforge_core.loop import CANCELLED_ITERATION_STATUS
+from kforge_core.store import open_store
+from tests.fakes.openai_server import FakeOpenAIServer, stall
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures_loop"
+PROBLEM = FIXTURES / "problem_relu.py"
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(models=("gen-model",)) as s:
+        yield s
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    """The CLI's environment: no endpoint, key or model but what a test passes; settings file absent."""
+    values = {k: v for k, v in os.environ.items()
+              if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "KFORGE_MODEL", "KFORGE_ANALYSIS_MODEL", "KFORGE_DB")}
+    values.update(KFORGE_SETTINGS=str(tmp_path / "no-settings.toml"), PYTHONPATH=str(REPO))
+    return values
+
+
+def cli(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kforge_core", *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=timeout)
+
+
+def program(name: str) -> str:
+    return f"Here is the program.\n```python\n{(FIXTURES / name).read_text()}```\n"
+
+
+def llm_flags(server: FakeOpenAIServer) -> list[str]:
+    return ["--base-url", server.base_url, "--model", "gen-model", "--no-baselines"]
+
+
+def test_synthesize_json_and_the_runs_commands(server, env, tmp_path):
+    db = str(tmp_path / "runs.db")
+    server.enqueue(program("compile_error.py"), program("correct_fast.py"))
+    done = cli(env, "synthesize", "--problem", str(PROBLEM), "--target", "cpu", *llm_flags(server),
+               "--max-functional-iters", "3", "--max-optimization-iters", "0", "--db", db, "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["status"] == "succeeded" and out["run_id"]
+    assert [(it["index"], it["pass"], it["status"]) for it in out["iterations"]] == [
+        (0, "functional", "compile_error"), (1, "functional", "correct")]
+    assert "candidate line 9" in out["iterations"][0]["reason"] and out["iterations"][1]["candidate_ms"] > 0
+    best = out["best"]
+    assert best["iteration"] == 1 and best["status"] == "correct"
+    assert best["code"] == (FIXTURES / "correct_fast.py").read_text()
+    assert best["candidate_ms"] > 0 and best["eager_ms"] > 0 and best["speedup_vs_eager"] > 0
+    assert best["speedup_vs_compiled"] is None  # --no-baselines
+    assert "no optimization pass" in out["stop_reason"]
+    # readable progress on stderr; model tokens only with -v
+    assert "[0] compile_error: C++ compilation failed: candidate line 9" in done.stderr
+    assert "[1] correct:" in done.stderr and "vs eager" in done.stderr and "new best" in done.stderr
+    assert f"run {out['run_id']} succeeded" in done.stderr
+    assert "extern \"C\"" not in done.stderr
+
+    listed = cli(env, "runs", "--json", "--db", db)
+    assert listed.returncode == 0
+    (row,) = json.loads(listed.stdout)
+    assert row["id"] == out["run_id"] and row["status"] == "succeeded" and row["best_iteration"] == 1
+    assert out["run_id"] in cli(env, "runs", "--db", db).stdout
+
+    shown = cli(env, "runs", "show", out["run_id"], "--json", "--db", db)
+    assert shown.returncode == 0
+    assert json.loads(shown.stdout) == {k: v for k, v in out.items() if k not in ("stop_reason", "notes")}
+    text = cli(env, "runs", "show", out["run_id"], "--db", db).stdout
+    assert "[0] functional   compile_error" in text and "[1] functional   correct" in text
+    assert "best: iteration 1" in text
+
+
+def test_ctrl_c_cancels_cleanly_and_runs_resume_finishes(server, env, tmp_path):
+    db = str(tmp_path / "runs.db")
+    server.enqueue(stall(program("correct_fast.py"), after_chunks=4, seconds=60))
+    proc = subprocess.Popen([sys.executable, "-m", "kforge_core", "synthesize", "--problem", str(PROBLEM),
+                             "--target", "cpu", *llm_flags(server), "--max-optimization-iters", "0", "--db", db,
+                             "--json", "-v"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while not server.chat_requests and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the reply is streaming (then stalls)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    out = json.loads(stdout)
+    assert out["status"] == "cancelled"
+    assert [(it["status"], it["finished"]) for it in out["iterations"]] == [(CANCELLED_ITERATION_STATUS, True)]
+    assert "Here is the prog" in stderr  # -v streams the model's tokens
+    assert "Traceback" not in stderr
+    with open_store(db) as store:
+        assert store.events(out["run_id"])[-1]["kind"] == "run_finished"
+
+    server.enqueue(program("correct_fast.py"))
+    resumed = cli(env, "runs", "resume", out["run_id"], "--json", "--db", db, "--no-baselines")
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.loads(resumed.stdout)
+    assert again["run_id"] == out["run_id"] and again["status"] == "succeeded"
+    assert [it["status"] for it in again["iterations"]] == [CANCELLED_ITERATION_STATUS, "correct"]
+
+
+def test_unreachable_endpoint_is_a_usage_error_naming_the_url(env, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again at once: nothing listens there
+    db = str(tmp_path / "runs.db")
+    done = cli(env, "synthesize", "--problem", str(PROBLEM), "--target", "cpu", "--base-url",
+               f"http://127.0.0.1:{port}/v1", "--model", "m", "--db", db, "--json")
+    assert done.returncode == 2
+    assert f"Error: cannot use the LLM endpoint http://127.0.0.1:{port}/v1" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert json.loads(cli(env, "runs", "--json", "--db", db).stdout) == []  # nothing was recorded
+
+
+def test_without_an_endpoint_the_builtin_synthesizer_is_announced(env, tmp_path):
+    # A wall-clock budget spent before the first step: this test is about the announcement, not the built-in agent.
+    done = cli(env, "synthesize", "--problem", str(PROBLEM), "--target", "cpu", "--max-wall-s", "0.001",
+               "--db", str(tmp_path / "runs.db"), "--json")
+    assert NO_ENDPOINT_NOTE in done.stderr
+    assert "Traceback" not in done.stderr
+    if done.returncode == 0:  # the built-in agent is there
+        out = json.loads(done.stdout)
+        assert out["notes"] == [NO_ENDPOINT_NOTE] and out["agent"] == "builtin" and out["model"] is None
+        assert "wall-clock budget spent" in out["stop_reason"], out
+    else:  # not written yet: one clean line saying so
+        assert done.returncode == 2 and "Error: " in done.stderr and "built-in" in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["synthesize", "--target", "cpu"], "synthesize needs --problem FILE and --target NAME"),
+    (["synthesize", "--problem", "/no/such/problem.py", "--target", "cpu", "--agent", "llm", "--model", "m",
+      "--base-url", "http://127.0.0.1:9/v1"], "problem file not found"),
+    (["runs", "show", "nosuchrun"], "no run with id 'nosuchrun'"),
+])
+def test_usage_errors_are_one_line(env, tmp_path, args, message):
+    done = cli(env, *args, "--db", str(tmp_path / "runs.db"))
+    assert done.returncode == 2 and f"Error: {message}" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["synthesize"], ["runs"], ["runs", "show"], ["runs", "resume"],
+                                  ["runs", "cancel"]])
+def test_every_command_has_help(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args([*argv, "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: python -m kforge_core " + " ".join(argv)) and len(text.splitlines()) > 5
