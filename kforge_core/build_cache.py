@@ -13,9 +13,11 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from .paths import cache_dir
+
 
 def cache_root() -> Path:
-    root = Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge") / "builds"
+    root = cache_dir() / "builds"
     root.mkdir(parents=True, exist_ok=True)
     return root
 

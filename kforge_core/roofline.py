@@ -1,44 +1,17 @@
 """Roofline facts for a problem: bytes moved at least once, FLOPs, and the floor time at the device's measured
 ceilings. A candidate faster than the floor is a measurement bug until proven otherwise.
 
-Ceilings are measured once per device by the platform (`Platform.measure_ceilings`) and cached in
-`$KFORGE_CACHE_DIR/ceilings.json`; an unknown ceiling stays unknown (None), never a guessed number.
+Ceilings come from `kforge_core.ceilings` (measured once per device, cached); unknown stays unknown.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
-import torch
-
-
-def _cache_path() -> Path:
-    return Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge") / "ceilings.json"
-
-
-def ceilings(platform) -> dict:
-    path = _cache_path()
-    key = f"{platform.name}:{platform.device_name()}"
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    if key not in cached:
-        measured = platform.measure_ceilings() or {}
-        cached[key] = measured
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cached, indent=1))
-            tmp.replace(path)
-        except OSError:
-            pass
-    return cached[key]
+from .ceilings import for_platform
 
 
 def _bytes(obj) -> int:
+    import torch
+
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, (list, tuple)):
@@ -51,6 +24,8 @@ def _low_precision(tensors) -> bool:
 
 
 def count_flops(model, inputs) -> int | None:
+    import torch
+
     try:
         from torch.utils.flop_counter import FlopCounterMode
 
@@ -62,12 +37,14 @@ def count_flops(model, inputs) -> int | None:
 
 
 def roofline(ref_model, inputs, candidate_ms: float, platform) -> dict:
+    import torch
+
     with torch.no_grad():
         outputs = ref_model(*inputs)
     params = sum(p.numel() * p.element_size() for p in ref_model.parameters())
     nbytes = _bytes(list(inputs)) + _bytes(outputs) + params
     flops = count_flops(ref_model, inputs)
-    ceil = ceilings(platform)
+    ceil = for_platform(platform)
     bw = ceil.get("bandwidth_gbs")
     peak = ceil.get("fp32_tflops")
     if ceil.get("bf16_tflops") and _low_precision(list(inputs) + list(ref_model.parameters())):

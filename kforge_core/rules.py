@@ -347,5 +347,10 @@ def check_candidate(source: str, platform_module: str, candidate_api: tuple[str,
     return sorted(set(violations), key=lambda v: (v.line or 0, v.rule, v.message))
 
 
+def _md_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("_", "\\_").replace("*", "\\*")
+
+
 def rules_markdown() -> str:
-    return "\n".join(f"- **{r.id}** — {r.summary} _Why: {r.why}_" for r in RULES)
+    """The rules as Markdown (underscores escaped: `__import__` must not render as bold)."""
+    return "\n".join(f"- **{r.id}** — {_md_escape(r.summary)} _Why: {_md_escape(r.why)}_" for r in RULES)

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import paths
 from .errors import SandboxError
 from .platform import REPO_ROOT
 
@@ -42,7 +43,7 @@ _dumpable_cleared = False
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge")
+    d = paths.cache_dir()
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -51,7 +52,8 @@ def child_environment(workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_SECRET.search(k)}
     env.update(
         HOME=str(workdir),
-        PYTHONPATH=str(REPO_ROOT),
+        # the repo first, then the caller's own entries (third-party platform modules named in KFORGE_PLATFORMS)
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
         KFORGE_CACHE_DIR=str(cache_dir()),

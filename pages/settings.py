@@ -111,7 +111,7 @@ with devices_tab:
 with rules_tab:
     st.markdown("Every candidate program is judged by these rules, in a separate process per evaluation.")
     # Rule texts name dunders (__import__, __init__) that markdown would turn into bold.
-    st.markdown(rules_markdown().replace("__", r"\_\_"))
+    st.markdown(rules_markdown())
     st.markdown("##### Tolerances")
     st.caption("An output passes when every element satisfies |got − want| ≤ atol + rtol·|want|, nothing is NaN "
                "or Inf, and the relative L2 error is at most rel_l2_max. Integers and booleans compare exactly.")

@@ -50,8 +50,6 @@ from kforge_core.platform import Availability, Platform, Timer
 from kforge_core.source_map import source_start_line
 
 from ._metal_diagnostics import compile_error_details
-from ._metal_kernels import MetalLibrary
-from ._metal_signatures import MetalSignatureError, parse_kernels
 
 MIN_TORCH = (2, 7)
 MIN_MACOS = (14, 0)
@@ -129,6 +127,10 @@ def compile_metal(source: str) -> MetalLibrary:
 
     Raises CompileError with the Metal compiler's diagnostics mapped to the candidate's own line numbers.
     """
+    # imported here: discovering platforms must not import torch (the signature tables hold torch dtypes)
+    from ._metal_kernels import MetalLibrary
+    from ._metal_signatures import MetalSignatureError, parse_kernels
+
     if not isinstance(source, str):
         raise CompileError(f"compile_metal takes the Metal source as a str, got {type(source).__name__}")
     start_line = source_start_line(source, context.candidate_text)

@@ -156,11 +156,11 @@ def test_settings_shows_rules_tolerances_and_ceilings(app_env, use_targets):
     assert values["bf16 peak"] == "unknown"  # never measured: never guessed
 
 
-def test_ceilings_cache_path_matches_the_roofline_module(app_env):
+def test_ceilings_cache_path_is_the_cores(app_env):
     from app.ceilings import cache_path
-    from kforge_core.roofline import _cache_path
+    from kforge_core.ceilings import cache_path as core_cache_path
 
-    assert cache_path() == _cache_path()
+    assert cache_path() == core_cache_path()
 
 
 def test_settings_file_that_is_not_toml_is_reported(app_env, use_targets):

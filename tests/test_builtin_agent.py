@@ -503,3 +503,41 @@ def test_generation_result_shape(agent):
     res = agent.generate(_request(ROWS, "rows"))
     assert isinstance(res, GenerationResult) and res.error is None and res.reply_text
     assert res.usage.model == LABEL and res.usage.prompt_tokens == 0
+
+
+# ---------------------------------------------------------------------------------------- vectorized math
+
+def test_vectorized_math_matches_torch_over_wide_ranges():
+    """The inline exp/log/tanh/erf the `vectorize` move uses, against torch, far beyond randn's range."""
+    import torch
+
+    from kforge_core.agents.builtin.codegen_cpu import COMMON_MATH, VECTOR_MATH
+    from platforms.cpu import compile_cpp
+
+    funcs = {"exp": "kf_exp", "log": "kf_log", "tanh": "kf_tanh", "erf": "kf_erf", "log1p": "kf_log1p",
+             "expm1": "kf_expm1"}
+    src = "#include <cmath>\n#include <cstdint>\n#include <cstring>\n" + VECTOR_MATH + COMMON_MATH
+    for name, fn in funcs.items():
+        src += (f'extern "C" void t_{name}(const float* x, float* o, int64_t n) {{\n#pragma omp simd\n'
+                f"for (int64_t i = 0; i < n; ++i) o[i] = {fn}(x[i]);\n}}\n")
+    lib = compile_cpp(src, extra_cflags=("-fno-math-errno",))
+    wide = torch.cat([torch.linspace(-110.0, 110.0, 400_001), torch.randn(100_000) * 3,
+                      torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-6, -1e-6, 88.0, 88.7, 89.0, -87.0, -104.0,
+                                    float("inf"), float("-inf")])])
+    positive = torch.cat([torch.logspace(-37, 38, 200_001), torch.rand(10_000) * 2, torch.tensor([float("inf")])])
+    cases = {"exp": wide, "tanh": wide, "erf": wide, "log": positive, "log1p": wide.clamp(min=-0.999),
+             "expm1": wide.clamp(max=80)}
+    for name, x in cases.items():
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        getattr(lib, f"t_{name}")(x, out, x.numel())
+        want = getattr(torch, name)(x.double()).float()
+        finite = torch.isfinite(want)
+        assert torch.equal(torch.isfinite(out), finite) or name == "exp", name
+        err = (out[finite].double() - want[finite].double()).abs()
+        tol = 2e-7 + 2e-6 * want[finite].double().abs()  # a few ulp, and 2e-7 absolute near zero
+        worst = int(torch.argmax(err - tol))
+        assert bool((err <= tol).all()), f"{name}: x={float(x[finite][worst])} got {float(out[finite][worst])} " \
+                                         f"want {float(want[finite][worst])}"
+        if name == "exp":  # overflow / underflow ends: inf stays inf, tiny results are within 1e-37 of 0
+            assert torch.isinf(out[torch.isinf(want)]).all()

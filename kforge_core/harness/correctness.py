@@ -1,7 +1,8 @@
 """The correctness protocol. Each step names the published trick it defeats (shared/EVAL_PITFALLS.md).
 
 For every seed (at least 5), with fresh random inputs:
-1. the reference runs on a clone of the inputs; its outputs are kept, then freed;
+1. the reference runs on a clone of the inputs; its outputs are kept (cloned), and its own output buffers are
+   overwritten (NaN, or inverted bits for integers) before they are freed, so no freed memory holds the answer;
 2. memory of the outputs' sizes is allocated, filled with NaN and freed (poisoning), so a candidate that returns
    an unwritten buffer, or the reference's stale output buffer, returns NaN (stale buffers, unwritten tails);
 3. the candidate runs on another clone, after the reference (stale buffers again), with the launch counter reset;
@@ -47,6 +48,27 @@ class Fail(Exception):
         self.status, self.reason = status, reason
 
 
+def scrub(outputs) -> None:
+    """Overwrite output buffers nothing else holds (the values were cloned first): a candidate that returns
+    unwritten memory can then never receive the reference's answer (stale buffers). Buffers shared with anything
+    else (a parameter, an input, a cached tensor) are left alone."""
+    for t in flatten(outputs):
+        if not isinstance(t, torch.Tensor) or not t.numel():
+            continue
+        try:
+            if torch._C._storage_Use_Count(t.untyped_storage()._cdata) > 2:  # this tensor + our storage handle
+                continue
+        except (AttributeError, RuntimeError):
+            continue
+        with torch.no_grad():
+            if t.is_floating_point() or t.is_complex():
+                t.fill_(float("nan"))
+            elif t.dtype == torch.bool:
+                t.logical_not_()
+            else:
+                t.bitwise_not_()
+
+
 def _sizes(outputs) -> list[int]:
     return [tensor_bytes(t) for t in flatten(outputs) if isinstance(t, torch.Tensor)]
 
@@ -78,6 +100,13 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
         platform.synchronize()
         return out
 
+    def reference(inputs):
+        out = run(ref_model, inputs)
+        kept = clone(out)
+        scrub(out)
+        platform.synchronize()
+        return kept
+
     def candidate_call(inputs, what: str):
         launches.reset()
         out = run(new_model, inputs)
@@ -107,7 +136,7 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
         for seed in seeds:
             inputs = make_inputs(seed)
             pristine = clone(inputs)
-            ref_out = clone(run(ref_model, clone(inputs)))
+            ref_out = reference(clone(inputs))
             platform.poison_allocations(_sizes(ref_out) * 2)
             cand_inputs = clone(inputs)
             cand_out = candidate_call(cand_inputs, f"seed {seed}")
@@ -124,7 +153,7 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
         for dst, src in zip(flatten(last_inputs), flatten(fresh)):
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
-        want = clone(run(ref_model, clone(last_inputs)))
+        want = reference(clone(last_inputs))
         platform.poison_allocations(_sizes(want) * 2)
         got = candidate_call(last_inputs, "inputs rewritten in place")
         compare(got, want, "inputs rewritten in place at the same addresses (result caching)")

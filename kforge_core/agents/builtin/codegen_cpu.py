@@ -31,7 +31,7 @@ VECTOR_MATH = r"""
 static inline float kf_bits_to_float(int32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
 static inline int32_t kf_float_to_bits(float f) { int32_t b; std::memcpy(&b, &f, 4); return b; }
 static inline float kf_exp(float x) {
-    const float xc = x < -87.3365f ? -87.3365f : (x > 88.0f ? 88.0f : x);
+    const float xc = x < -103.97208f ? -103.97208f : (x > 88.7228391f ? 88.7228391f : x);
     const float fx = std::floor(xc * 1.44269504088896341f + 0.5f);
     float r = xc - fx * 0.693359375f;
     r = r - fx * -2.12194440e-4f;
@@ -42,8 +42,11 @@ static inline float kf_exp(float x) {
     y = y * r + 1.6666665459e-1f;
     y = y * r + 5.0000001201e-1f;
     y = y * r * r + r + 1.0f;
-    const float res = y * kf_bits_to_float(((int32_t)fx + 127) << 23);
-    return x > 88.72283f ? INFINITY : (x < -103.97f ? 0.0f : res);
+    // 2^n as two normal powers of two, so results near FLT_MAX and in the denormal range stay right
+    const int32_t n = (int32_t)fx;
+    const int32_t n1 = n >> 1;
+    const float res = y * kf_bits_to_float((n1 + 127) << 23) * kf_bits_to_float((n - n1 + 127) << 23);
+    return x > 88.7228391f ? INFINITY : (x < -103.97208f ? 0.0f : res);
 }
 static inline float kf_log(float x) {
     int32_t bits = kf_float_to_bits(x);

@@ -41,9 +41,14 @@ def _digest(text: str) -> str:
 
 
 def _strip_marker(program: str | None) -> str:
+    """The program without its header docstring and schedule marker: what actually runs."""
     if not program:
         return ""
-    return "\n".join(line for line in program.splitlines() if not line.startswith("# kforge-builtin: "))
+    lines = program.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("# kforge-builtin: "):
+            return "\n".join(lines[i + 1:])
+    return program
 
 
 class BuiltinGenerationAgent:
