@@ -186,8 +186,8 @@ def print_table(rows, platform) -> None:
     print(f"supported (correct candidate): {len(allc)} of {len(rows)} problems")
     print(f"geomean speedup vs the better of eager and torch.compile, fusion problems (levels 2-3) supported "
           f"({len(fusion)}): {_fmt(g, '.2f')}x")
-    print(f"geomean speedup vs the better of eager and torch.compile, all supported ({len(allc)}): {_fmt(g_all, '.2f')}x;"
-          f" vs eager: {_fmt(g_e, '.2f')}x")
+    print(f"geomean speedup vs the better of eager and torch.compile, all supported ({len(allc)}): "
+          f"{_fmt(g_all, '.2f')}x; vs eager: {_fmt(g_e, '.2f')}x")
 
 
 def main(argv=None) -> int:
@@ -224,10 +224,9 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001 - one problem's failure must not end the bench
             row = {"problem": gp.name, "level": gp.level, "status": "error", "reason": f"{type(e).__name__}: {e}"}
         rows.append(row)
-        print(f"[{len(rows)}] {row['problem']}: {row['status']} "
-              f"{_fmt(row.get('candidate_ms'))} ms (eager {_fmt(row.get('eager_ms'))}, compiled "
-              f"{_fmt(row.get('compiled_ms'))}); steps {[(s.get('move'), s['status'], _fmt(s.get('ms'))) for s in row.get('steps', [])]}",
-              flush=True)
+        steps = [(s.get("move"), s["status"], _fmt(s.get("ms"))) for s in row.get("steps", [])]
+        print(f"[{len(rows)}] {row['problem']}: {row['status']} {_fmt(row.get('candidate_ms'))} ms (eager "
+              f"{_fmt(row.get('eager_ms'))}, compiled {_fmt(row.get('compiled_ms'))}); steps {steps}", flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     if args.check:

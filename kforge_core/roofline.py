@@ -20,6 +20,8 @@ def _bytes(obj) -> int:
 
 
 def _low_precision(tensors) -> bool:
+    import torch
+
     return any(isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16) for t in tensors)
 
 

@@ -54,7 +54,6 @@ def child_environment(workdir: Path) -> dict[str, str]:
         HOME=str(workdir),
         # the repo first, then the caller's own entries (third-party platform modules named in KFORGE_PLATFORMS)
         PYTHONPATH=os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
-        PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
         KFORGE_CACHE_DIR=str(cache_dir()),
         # torch.compile's caches persist across children, so the baseline's compile is paid once per problem
@@ -81,8 +80,8 @@ def _clear_dumpable() -> None:
         pass
 
 
-def _limits(memory_limit_mb: int | None, limit_address_space: bool):
-    def apply() -> None:  # runs in the child between fork and exec
+def limits(memory_limit_mb: int | None, limit_address_space: bool):
+    def apply() -> None:  # runs in the child between fork and exec (or after a fork-server fork)
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -117,6 +116,10 @@ def drop_privileges() -> None:
         if os.geteuid() == 0:
             for cap in range(64):  # PR_CAPBSET_DROP; EINVAL past the kernel's last capability is harmless
                 libc.prctl(24, cap, 0, 0, 0)
+            # and the capabilities held now (a fork-server child runs candidate code without an exec)
+            header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+            data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (x2): all empty
+            libc.capset(header, data)
     except (OSError, AttributeError):
         pass
 
@@ -156,68 +159,105 @@ class ChildOutcome:
         return None
 
 
-def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
-              limit_address_space: bool, module: str = "kforge_core.harness.child") -> ChildOutcome:
-    """Run `python -m module` with `request` (JSON) on stdin and `files` written into its private directory."""
-    _clear_dumpable()
-    workdir = Path(tempfile.mkdtemp(prefix="kforge-eval-"))
+def _kill_group(pid: int) -> None:
     try:
-        for name, text in files.items():
-            (workdir / name).write_text(text)
-        nonce = secrets.token_hex(16)
-        payload = json.dumps({**request, "nonce": nonce, "workdir": str(workdir)})
-        log_path = workdir / "child.log"
-        start = time.monotonic()
-        try:
-            with open(log_path, "wb") as log_file:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=log_file, cwd=workdir, env=child_environment(workdir), start_new_session=True,
-                    preexec_fn=_limits(memory_limit_mb, limit_address_space))
-        except OSError as e:
-            raise SandboxError(f"could not start the evaluation process: {e}") from e
-        stdout_chunks: list[bytes] = []
-        reader = threading.Thread(target=lambda: stdout_chunks.append(proc.stdout.read()), daemon=True)
-        reader.start()
-        try:
-            proc.stdin.write(payload.encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        timed_out = memory_exceeded = False
-        next_rss = start + 0.5
-        while proc.poll() is None:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: int | None,
+               limit_address_space: bool) -> tuple[bool, bool]:
+    """Wait for the child; kill its whole process group on timeout, on memory overuse, or when the caller itself
+    is interrupted (Ctrl-C must not leave an evaluation running). Returns (timed_out, memory_exceeded)."""
+    timed_out = memory_exceeded = False
+    next_rss = start + 0.5
+    try:
+        while poll() is None:
             now = time.monotonic()
             if now - start > timeout_s:
                 timed_out = True
                 break
             if memory_limit_mb and not limit_address_space and now >= next_rss:
                 next_rss = now + 0.5
-                if _rss_mb(proc.pid) > memory_limit_mb:
+                if _rss_mb(pid) > memory_limit_mb:
                     memory_exceeded = True
                     break
             time.sleep(0.02)
-        if proc.poll() is None:
+    except BaseException:
+        _kill_group(pid)
+        raise
+    return timed_out, memory_exceeded
+
+
+def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
+              limit_address_space: bool, module: str = "kforge_core.harness.child") -> ChildOutcome:
+    """Run the evaluation harness (or `python -m module`) on `request` with `files` in a private directory.
+
+    The harness child is forked from the fork server when one is available (`kforge_core.forkserver`), else
+    spawned; both get the same environment, limits and privileges."""
+    from . import forkserver
+
+    _clear_dumpable()
+    workdir = Path(tempfile.mkdtemp(prefix="kforge-eval-"))
+    try:
+        for name, text in files.items():
+            (workdir / name).write_text(text)
+        nonce = secrets.token_hex(16)
+        full_request = {**request, "nonce": nonce, "workdir": str(workdir)}
+        env = child_environment(workdir)
+        server = None
+        if module == "kforge_core.harness.child" and forkserver.enabled():
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait()
-        try:  # kill whatever the child left behind in its group (a hung compiler, a stray daemon)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        reader.join(timeout=5)
+                server = forkserver.get(env)
+            except SandboxError:
+                server = None  # spawning still works; only slower
+        start = time.monotonic()
+        if server is not None:
+            pid = server.fork(workdir, full_request, memory_limit_mb, limit_address_space)
+            timed_out, memory_exceeded = _supervise(pid, lambda: server.returncode(pid), start, timeout_s,
+                                                    memory_limit_mb, limit_address_space)
+            _kill_group(pid)  # the child, or whatever it left behind in its session
+            returncode = server.wait(pid, 10.0)
+            out = _read_log(workdir / "result.out", limit=1 << 26)
+        else:
+            returncode, timed_out, memory_exceeded, out = _spawn(workdir, full_request, env, module, start,
+                                                                 timeout_s, memory_limit_mb, limit_address_space)
         wall = time.monotonic() - start
-        out = b"".join(stdout_chunks).decode(errors="replace")
         result = _unframe(out, nonce)
         log = _read_log(workdir / "child.log")
         cand_log = workdir / "candidate.log"
         if cand_log.exists():
             log = _read_log(cand_log) + ("\n" + log if log else "")
-        return ChildOutcome(result, proc.returncode, timed_out, memory_exceeded, log, wall)
+        return ChildOutcome(result, returncode, timed_out, memory_exceeded, log, wall)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, timeout_s: float,
+           memory_limit_mb: int | None, limit_address_space: bool) -> tuple[int | None, bool, bool, str]:
+    try:
+        with open(workdir / "child.log", "wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log_file, cwd=workdir, env=env, start_new_session=True,
+                preexec_fn=limits(memory_limit_mb, limit_address_space))
+    except OSError as e:
+        raise SandboxError(f"could not start the evaluation process: {e}") from e
+    stdout_chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: stdout_chunks.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    try:
+        proc.stdin.write(json.dumps(request).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    timed_out, memory_exceeded = _supervise(proc.pid, proc.poll, start, timeout_s, memory_limit_mb,
+                                            limit_address_space)
+    _kill_group(proc.pid)  # the child, or whatever it left behind in its group (a hung compiler, a daemon)
+    proc.wait()
+    reader.join(timeout=5)
+    return proc.returncode, timed_out, memory_exceeded, b"".join(stdout_chunks).decode(errors="replace")
 
 
 def _unframe(out: str, nonce: str) -> dict | None:

@@ -17,7 +17,7 @@ import os
 import re
 import statistics
 
-from kforge_core.platform import Availability, Platform
+from kforge_core.platform import Platform
 
 
 def cuda_problem() -> str | None:
@@ -75,9 +75,6 @@ class GpuPlatform(Platform):
     _sync = None
     _flush_buffer = None
 
-    def cuda_problem(self) -> str | None:
-        return cuda_problem()
-
     def device_name(self) -> str:
         if cuda_problem():
             return "cuda (unavailable)"
@@ -106,7 +103,11 @@ class GpuPlatform(Platform):
             self._sync()
 
     def synchronize(self) -> None:
-        (self._sync or __import__("torch").cuda.synchronize)()
+        if self._sync is None:  # outside an evaluation child (tests, tools)
+            import torch
+
+            self._sync = torch.cuda.synchronize
+        self._sync()
 
     def flush_cache(self) -> None:
         import torch
@@ -166,29 +167,22 @@ class GpuPlatform(Platform):
 
         out: dict = {}
         nbytes = min(1 << 30, free // 8)
-        src = torch.empty(nbytes // 4, dtype=torch.float32, device=dev).uniform_()
-        dst = torch.empty_like(src)
-        ms = median_ms(lambda: dst.copy_(src))
-        out["bandwidth_gbs"] = round(2 * nbytes / (ms / 1e3) / 1e9, 1)
-        del src, dst
-        n = 8192 if free > (3 << 30) else 4096
-        for dtype, key in ((torch.bfloat16, "bf16_tflops"), (torch.float32, "fp32_tflops")):
+
+        def copy_ms() -> float:
+            src = torch.empty(nbytes // 4, dtype=torch.float32, device=dev).uniform_()
+            dst = torch.empty_like(src)
+            return median_ms(lambda: dst.copy_(src))
+
+        def matmul_ms(n: int, dtype) -> float:
             a = torch.randn(n, n, device=dev, dtype=dtype)
             b = torch.randn(n, n, device=dev, dtype=dtype)
-            ms = median_ms(lambda: torch.mm(a, b))
-            out[key] = round(2 * n ** 3 / (ms / 1e3) / 1e12, 2)
-            del a, b
+            return median_ms(lambda: torch.mm(a, b))
+
+        out["bandwidth_gbs"] = round(2 * nbytes / (copy_ms() / 1e3) / 1e9, 1)
+        n = 8192 if free > (3 << 30) else 4096
+        for dtype, key in ((torch.bfloat16, "bf16_tflops"), (torch.float32, "fp32_tflops")):
+            out[key] = round(2 * n ** 3 / (matmul_ms(n, dtype) / 1e3) / 1e12, 2)
         torch.cuda.empty_cache()
         out["method"] = (f"{nbytes >> 20} MiB device-to-device copy (read+write); {n}^3 bf16 and fp32 matmuls "
                          f"(fp32 with TF32 off); median of 5, CUDA events")
         return out
-
-    def _availability_prefix(self) -> tuple[bool, str]:
-        problem = cuda_problem()
-        if problem:
-            return False, problem
-        return True, gpu_summary()
-
-
-def unavailable(reason: str) -> Availability:
-    return Availability(False, reason)

@@ -26,8 +26,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from kforge_core.build_cache import cached_build, digest
 from kforge_core.errors import CompileError
 from kforge_core.harness import context, guards, launches
@@ -49,6 +47,8 @@ def _site_dirs() -> list[Path]:
 
 def _torch_cuda_major() -> str | None:
     try:
+        import torch
+
         return torch.version.cuda.split(".")[0] if torch.version.cuda else None
     except Exception:  # noqa: BLE001
         return None
@@ -189,6 +189,8 @@ def check_options(options) -> list[str]:
 # Kernel signatures
 
 def _torch_dtypes():
+    import torch
+
     u = {k: getattr(torch, k) for k in ("uint16", "uint32", "uint64") if hasattr(torch, k)}
     f32, f64, f16, bf16 = torch.float32, torch.float64, torch.float16, torch.bfloat16
     i8, u8, i16, i32, i64, b = torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool
@@ -504,6 +506,8 @@ def api() -> _Api:
 # Compile
 
 def _device_arch(device_index: int) -> tuple[int, int]:
+    import torch
+
     return torch.cuda.get_device_capability(device_index)
 
 
@@ -560,6 +564,8 @@ def _nvrtc_compile(a: _Api, source: str, options: list[str], names: list[str], k
 
 
 def _ensure_context(a: _Api, device_index: int) -> None:
+    import torch
+
     torch.cuda.init()
     with torch.cuda.device(device_index):
         torch.cuda.current_stream(device_index)  # makes torch create/attach the primary context on this thread
@@ -574,6 +580,8 @@ def _ensure_context(a: _Api, device_index: int) -> None:
 
 def compile_module(source: str, *, options=(), arch: str | None = None, device=None) -> "CudaModule":
     """See platforms.cuda.compile_cuda (the candidate-facing name)."""
+    import torch
+
     if not isinstance(source, str) or not source.strip():
         raise CompileError("compile_cuda needs the CUDA C++ source as a non-empty string")
     options = [options] if isinstance(options, str) else list(options)
@@ -691,6 +699,8 @@ class CudaKernel:
 
     def _arg(self, i: int, p: KParam, conv, value, device_index: int):
         where = f"argument {i + 1} ({p.name}) of {self.name}"
+        import torch
+
         if conv[0] == "ptr":
             if not isinstance(value, torch.Tensor):
                 if value is None or (isinstance(value, int) and value == 0):
@@ -788,6 +798,8 @@ class CudaModule:
 
     def __init__(self, a: _Api, module, kernels: dict[str, KSignature], lowered: dict[str, str], device_index: int,
                  target: str, cached: bool, build_s: float, log: str, path: str):
+        import torch
+
         self._api, self._module, self._signatures = a, module, kernels
         self._lowered, self.device_index, self.target = lowered, device_index, target
         self.cached, self.build_s, self.log, self.path = cached, build_s, log, path

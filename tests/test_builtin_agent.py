@@ -541,3 +541,37 @@ def test_vectorized_math_matches_torch_over_wide_ranges():
                                          f"want {float(want[finite][worst])}"
         if name == "exp":  # overflow / underflow ends: inf stays inf, tiny results are within 1e-37 of 0
             assert torch.isinf(out[torch.isinf(want)]).all()
+
+
+# ------------------------------------------------------------------- GPU formats (written here, run on GPUs)
+
+@pytest.mark.parametrize("target", ["cuda", "triton", "metal"])
+def test_gpu_candidates_are_well_formed(agent, target):
+    """Without a GPU the CUDA / Triton / Metal candidates are still written, pass the static rules, and their kernel
+    sources parse with the platforms' own signature readers (they were run on an H200 for CUDA and Triton)."""
+    import ast
+
+    gpu_agent = BuiltinGenerationAgent(size_class="cpu")
+    gpu_agent._traces = agent._traces  # same problems, same traces
+    platform = get_platform(target)
+    full = Schedule(fuse=True, parallel=True, vectorize=True, block=True, unroll=True, warp_reduce=True)
+    for source in (SOFTMAX_CHAIN, NORMS):
+        for sched in (Schedule(), full):
+            res = gpu_agent.synthesize(source, target, sched, "p")
+            assert res.program, res.error
+            ast.parse(res.program)
+            assert not check_candidate(res.program, platform.module_name, tuple(platform.candidate_api))
+            marker = read_marker(res.program)
+            assert marker["target"] == target
+            if target == "cuda":
+                from platforms._cuda_nvrtc import parse_kernels
+
+                src = re.search(r'SOURCE = r"""(.*?)"""', res.program, re.S).group(1)
+                assert {k["name"] for k in marker["kernels"]} <= set(parse_kernels(src))
+            elif target == "metal":
+                from platforms._metal_signatures import parse_kernels
+
+                src = re.search(r'SOURCE = r"""(.*?)"""', res.program, re.S).group(1)
+                assert {k["name"] for k in marker["kernels"]} <= set(parse_kernels(src))
+            else:
+                assert "@triton.jit" in res.program

@@ -51,7 +51,8 @@ hostile("timer_patch_runtime")
 hostile("tf32")
 hostile("tf32_runtime")
 hostile("warmup_detect", weight=3, **QUICK_TIMING)
-hostile("cache_version_timing", weight=3, **QUICK_TIMING)
+hostile("warmup_switch_to_torch", weight=3, **QUICK_TIMING)
+hostile("repeat_detector", weight=3, **QUICK_TIMING)
 # --- escapes: threads, processes, dynamic code
 ESCAPES = ["esc_threading", "esc_thread_low", "esc_futures", "esc_multiprocessing", "esc_subprocess", "esc_os_system"]
 DODGES = ["dodge_getattr_import", "dodge_builtins", "dodge_subclasses", "dodge_importlib", "dodge_eval", "dodge_exec"]
@@ -62,6 +63,7 @@ hostile("native_ppid_environ")
 hostile("python_print_environ")
 hostile("native_concat_dodge")
 hostile("native_token_paste")
+hostile("native_raw_syscall")
 hostile("native_flag_injection")
 hostile("native_include_file")
 # --- crashes, hangs, exits, resources, broken programs
@@ -226,12 +228,20 @@ def test_warmup_detection(verdicts):
     assert_status(verdicts["warmup_detect"], "incorrect", "timed call")
 
 
-def test_result_caching_during_timing(verdicts):
-    """Caching keyed by (address, version): passes the in-place rewrite, then in timing (where a harness reuses a
-    few input sets) skips its kernel on every call. Fresh input values per timed trial and must-launch counted in
-    timed calls stop the fake speedup."""
-    v = verdicts["cache_version_timing"]
-    assert v.status in ("rejected", "incorrect"), f"{v.status}: {v.reason}"
+def test_switching_to_pytorch_once_timing_starts(verdicts):
+    """Warm-up detection against must-launch: the kernel runs during the correctness checks only, then PyTorch
+    (or a cache) answers. must-launch is enforced on every warm-up and timed call as well."""
+    assert_status(verdicts["warmup_switch_to_torch"], "rejected", "must-launch")
+
+
+def test_inputs_never_repeat(verdicts):
+    """Result caching in timing (harnesses that rotate a few input sets let a cache keyed by address, version or
+    content hit on every timed call). This candidate answers any repeated input with garbage, so `correct` proves
+    that no checked, warm-up or timed call saw input values twice: every trial gets fresh values from a seed the
+    candidate cannot predict."""
+    v = verdicts["repeat_detector"]
+    assert_status(v, "correct")
+    assert v.candidate is not None and v.candidate.trials >= 3
 
 
 # --------------------------------------------------------------------------------- threads, processes, dodges
@@ -266,6 +276,12 @@ def test_native_call_spelled_by_the_preprocessor_is_rejected(verdicts):
     """system() spelled by token pasting (no textual scan sees it): the built library's imported symbols are
     checked."""
     assert_status(verdicts["native_token_paste"], "rejected", "system")
+
+
+def test_raw_system_call_is_rejected(verdicts):
+    """A system call in inline assembly whose `asm` keyword is spelled by token pasting (no import, no textual
+    trace): the built library's code is checked for system-call instructions."""
+    assert_status(verdicts["native_raw_syscall"], "rejected", "system calls directly")
 
 
 def test_compiler_flag_injection_is_rejected(verdicts):
@@ -380,7 +396,12 @@ def test_forged_result_cannot_change_the_verdict(verdicts):
     assert "forged" not in v.reason
 
 
-CRASH_EVALS = int(os.environ.get("KFORGE_CRASH_EVALS", "30"))
+def _crash_evals() -> int:
+    from kforge_core import forkserver
+
+    # 100 segfaulting evaluations take seconds with the fork server; spawning (~1.5 s of `import torch` each on
+    # 2 cores) runs 30 to keep CI short
+    return int(os.environ.get("KFORGE_CRASH_EVALS") or (100 if forkserver.enabled() else 30))
 
 
 def _open_fds() -> int:
@@ -388,22 +409,37 @@ def _open_fds() -> int:
 
 
 def test_caller_survives_many_crashing_evaluations():
-    """The app process survives a stream of crashing candidates (one child per candidate) without leaking file
-    descriptors or threads. CI runs 30 evaluations of a candidate that crashes at import, two at a time (each is
-    ~1.5 s of `import torch` on an idle 2-core machine, so ~25 s); KFORGE_CRASH_EVALS=100 runs the full hundred.
-    The wall-time bound only detects hangs (the machine may be shared)."""
+    """The app process survives a stream of crashing candidates (one child per candidate): 100 evaluations of a
+    candidate whose kernel segfaults (30 when children are spawned rather than forked), two at a time, without
+    leaking file descriptors or threads, and an honest candidate is still judged correctly afterwards. The
+    wall-time bound only detects hangs (the machine may be shared); the measured time is printed."""
     import threading
 
-    c = REGISTRY["crash_at_import"]
-    run_case(c)  # warm: the first evaluation builds nothing, but imports the evaluator in this process
+    from candidates.evalkit import HONEST
+
+    n = _crash_evals()
+    c = REGISTRY["native_segfault"]
+    run_case(c)  # warm: builds the kernel once (cached for the rest) and starts the fork server if there is one
     fds, threads = _open_fds(), threading.active_count()
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda _: run_case(c), range(CRASH_EVALS)))
+        results = list(pool.map(lambda _: run_case(c), range(n)))
     elapsed = time.monotonic() - start
-    assert all(v.status == "runtime_error" and "crashes at import" in v.reason for v in results), \
+    assert all(v.status == "runtime_error" and "SIGSEGV" in v.reason for v in results), \
         {v.status + ": " + v.reason for v in results}
     assert _open_fds() <= fds + 2, "file descriptors leak per evaluation"
-    assert threading.active_count() <= threads, "threads leak per evaluation"
-    assert elapsed < CRASH_EVALS * 10, f"{CRASH_EVALS} crashing evaluations took {elapsed:.1f} s"
-    print(f"{CRASH_EVALS} crashing evaluations in {elapsed:.1f} s ({elapsed / CRASH_EVALS:.2f} s each, 2 at a time)")
+    assert threading.active_count() <= threads + 1, "threads leak per evaluation"
+    assert elapsed < n * 10, f"{n} crashing evaluations took {elapsed:.1f} s"
+    print(f"{n} segfaulting evaluations in {elapsed:.1f} s ({elapsed / n:.2f} s each, 2 at a time)")
+    honest = case(M, "after_crashes", SWISH, HONEST / "swish_newmodel.py")
+    assert run_case(REGISTRY[honest]).status == "correct"
+
+
+@pytest.mark.parametrize("name, status, fragment", [("native_segfault", "runtime_error", "SIGSEGV"),
+                                                    ("system_exit", "runtime_error", "SystemExit"),
+                                                    ("crash_at_import", "runtime_error", "crashes at import"),
+                                                    ("native_system", "rejected", "native-no-os")])
+def test_spawned_children_give_the_same_verdicts(monkeypatch, name, status, fragment):
+    """Without the fork server (KFORGE_EVAL_SPAWN=1, or not Linux) each child is spawned: same verdicts."""
+    monkeypatch.setenv("KFORGE_EVAL_SPAWN", "1")
+    assert_status(run_case(REGISTRY[name]), status, fragment)

@@ -101,3 +101,30 @@ def test_every_run_gets_a_fresh_nonce():
                         module="tests.candidates.sandbox.envdump")
         nonces.append(out.result["nonce"])
     assert nonces[0] != nonces[1] and all(len(n) == 32 for n in nonces)
+
+
+def test_drop_privileges_leaves_no_capabilities():
+    """What every evaluation child (spawned, or forked by the fork server) applies: no new privileges, and as root
+    no capabilities at all (CAP_SYS_PTRACE would override the caller's non-dumpable flag)."""
+    import pytest
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs Linux /proc")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the forked child
+        try:
+            sandbox.drop_privileges()
+            status = Path("/proc/self/status").read_text()
+            os.write(w, status.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    status = b""
+    while chunk := os.read(r, 65536):
+        status += chunk
+    os.waitpid(pid, 0)
+    fields = dict(line.split(":\t", 1) for line in status.decode().splitlines() if ":\t" in line)
+    assert fields["NoNewPrivs"].strip() == "1"
+    if os.geteuid() == 0:
+        assert int(fields["CapEff"], 16) == 0 and int(fields["CapPrm"], 16) == 0 and int(fields["CapBnd"], 16) == 0

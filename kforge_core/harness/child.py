@@ -47,7 +47,13 @@ def candidate_frames(exc: BaseException, candidate_file: str) -> str:
 
 
 def main() -> None:
-    request = json.loads(sys.stdin.read())
+    serve(json.loads(sys.stdin.read()))
+
+
+def serve(request: dict, started: float | None = None) -> None:
+    """Evaluate `request` in this process and exit. fd 1 must be where the framed result goes (a pipe to the
+    caller, or the result file a fork-server child was given)."""
+    random.seed()  # a forked child must not share its fork server's random state
     workdir = Path(request["workdir"])
     out_fd = _redirect_output(workdir)
     nonce = request.pop("nonce")
@@ -58,12 +64,11 @@ def main() -> None:
     except BaseException as e:  # noqa: BLE001 - the harness must always answer
         result = {"status": "runtime_error", "reason": f"evaluation harness failed: {type(e).__name__}: {e}",
                   "harness_error": traceback.format_exc()[-4000:]}
-    result["child_wall_s"] = time.perf_counter() - T0
+    result["child_wall_s"] = time.perf_counter() - (started or T0)
     _emit(out_fd, nonce, result)
     sys.stdout.flush()
     os._exit(0)  # skip atexit handlers and finalizers a candidate may have registered
 
 
 if __name__ == "__main__":
-    random.seed()
     main()

@@ -142,13 +142,45 @@ def denied_imports(path: Path) -> list[str]:
     return sorted({s for s in symbols or () if _symbol_denied(s)})
 
 
-def vet_binary(helper: str, path: Path, allowed: frozenset[str] = frozenset()) -> None:
+_SYSCALL_MNEMONICS = {"syscall", "sysenter", "svc"}
+
+
+def system_call_instructions(path: Path) -> list[str] | None:
+    """System-call instructions in the library's own code (x86-64 syscall/sysenter/int $0x80, AArch64 svc): a
+    kernel reaches the OS through imported libc functions, never directly, so any of these means hand-written
+    system calls (inline assembly, however its source was spelled). None when `objdump` is unavailable."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    with guards.trusted():
+        proc = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True,
+                              timeout=120)
+    if proc.returncode != 0:
+        return None
+    found = []
+    for line in proc.stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 2 or not parts[0].strip().endswith(":"):
+            continue
+        insn = parts[1].split()
+        if insn and (insn[0] in _SYSCALL_MNEMONICS or (insn[0] == "int" and "0x80" in parts[1])):
+            found.append(f"{parts[0].strip()} {parts[1].strip()}")
+    return found
+
+
+def vet_binary(helper: str, path: Path, allowed: frozenset[str] = frozenset(),
+               check_instructions: bool = True) -> None:
     """`allowed`: symbols the toolchain itself brings into every such build (e.g. a CUDA extension's runtime
-    support), measured on a trivial build with the same toolchain and flags, never a fixed list."""
+    support), measured on a trivial build with the same toolchain and flags, never a fixed list.
+    `check_instructions`: also refuse system-call instructions in the library's code (host builds)."""
     symbols = imported_symbols(path)
-    if symbols is None:
-        return  # no binutils: the source checks still ran (a compiler without binutils cannot link anyway)
-    bad = sorted({s for s in symbols if _symbol_denied(s) and s not in allowed})
-    if bad:
-        guards._violate(f"{helper}: the compiled kernel imports OS services or the Python interpreter: "
-                        f"{', '.join(bad[:8])} [rule native-no-os]")
+    if symbols is not None:  # without binutils the source checks still ran
+        bad = sorted({s for s in symbols if _symbol_denied(s) and s not in allowed})
+        if bad:
+            guards._violate(f"{helper}: the compiled kernel imports OS services or the Python interpreter: "
+                            f"{', '.join(bad[:8])} [rule native-no-os]")
+    if check_instructions:
+        calls = system_call_instructions(path)
+        if calls:
+            guards._violate(f"{helper}: the compiled kernel makes system calls directly ({calls[0]}; "
+                            f"{len(calls)} in all) [rule native-no-os]")

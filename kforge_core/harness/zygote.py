@@ -42,12 +42,15 @@ def _reap(signum, frame) -> None:
 
 def _child(msg: dict) -> None:
     """In the forked child: become a sandboxed evaluation process, run, and never return."""
+    import time
+
+    started = time.perf_counter()
     try:
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        from ..sandbox import apply_limits
+        from ..sandbox import limits
 
-        apply_limits(msg.get("memory_limit_mb"), msg.get("limit_address_space", False))
+        limits(msg.get("memory_limit_mb"), msg.get("limit_address_space", False))()
         workdir = msg["workdir"]
         os.chdir(workdir)
         os.environ["HOME"] = workdir
@@ -61,7 +64,7 @@ def _child(msg: dict) -> None:
             os.close(fd)
         from .child import serve
 
-        serve(msg["request"])
+        serve(msg["request"], started)
     finally:
         os._exit(70)
 

@@ -34,9 +34,10 @@ def _moves_in_history(history: list[dict]) -> set:
         for r in recs:
             if isinstance(r, dict) and r.get("move"):
                 tried.add(r["move"])
-        text = str(h.get("tried", ""))
+        # the loop lists every recommendation of a step; the built-in generator applies only the first one
+        text = str(h.get("tried", "")).split("; ")[0]
         for move, title in MOVE_TITLES.items():
-            if title in text or f"[{move}]" in text:
+            if text.startswith(title) or f"[{move}]" in text:
                 tried.add(move)
     return tried & set(CATALOGUE)
 
@@ -49,7 +50,8 @@ def _infer_schedule(program: str, gpu: bool) -> Schedule:
     return Schedule(
         fuse=launches <= 1,
         parallel=gpu or "omp parallel" in src,
-        vectorize=bool(re.search(r"omp simd|__m256|__m512|float4|_mm256|vld1q|simd_|tl\.arange", src)),
+        vectorize=bool(re.search(r"#pragma omp[^\n]*\bsimd\b|__m256|__m512|float4|_mm256|vld1q|simd_|tl\.arange",
+                                src)),
         block=bool(re.search(r"BLOCK|blockDim|chunk", src)),
         unroll=bool(re.search(r"unroll|simdlen", src)),
         warp_reduce=bool(re.search(r"__shfl|simd_sum|simd_max|tl\.sum|tl\.max", src)),
@@ -126,11 +128,12 @@ class BuiltinAnalysisAgent:
                     f"row reductions are {f['reduction_kernels']} of the kernels; {bw_text}", "~1.1-1.5x on row "
                     "kernels")
         # vectorize
+        inner = "transcendental functions in the inner loop run as scalar libm calls" if f["transcendental"] else \
+            "scalar loads and stores"
         add("vectorize", 70 if not near_floor else 40,
             "Vectorize the inner loops: `#pragma omp simd` with reduction clauses, restrict pointers, inline "
             "polynomial exp/log/tanh/erf (float4 loads on GPUs).",
-            f"{bw_text}; {'transcendental functions in the inner loop run as scalar libm calls' if f['transcendental'] else 'scalar loads and stores'}"
-            f"; custom kernels are {_pct(f['custom_share'])} of {time_text}",
+            f"{bw_text}; {inner}; custom kernels are {_pct(f['custom_share'])} of {time_text}",
             "~1.5-4x on compute-heavy elementwise code" if f["transcendental"] else "~1.1-1.5x")
         # block / chunk shape
         add("block_shape", 50 if not near_floor else 30,

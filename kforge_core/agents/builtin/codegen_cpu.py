@@ -135,7 +135,7 @@ PW_BLOCK_CHUNK = 4096
 
 
 def cflags(sched: Schedule) -> tuple[str, ...]:
-    flags = ["-fno-math-errno"]
+    flags = ["-fno-math-errno", "-fno-trapping-math"]
     if sched.unroll:
         flags.append("-funroll-loops")
     return tuple(flags)
@@ -199,7 +199,7 @@ class _Emitter:
         if o[0] == "c":
             return flit(o[1])
         if o[0] == "cols":
-            return "(float)cols"
+            return "(float)cols" if not o[1] else f"((float)cols - {flit(o[1])})"
         raise ValueError(o)
 
     def row_setup(self, depth: int) -> None:
@@ -266,7 +266,8 @@ class _Emitter:
 def kernel(plan: KernelPlan, sched: Schedule) -> str:
     e = _Emitter(plan, sched)
     params = ", ".join(decl for decl, _ in signature(plan, sched))
-    e.w(0, f"// {plan.label}: {'row kernel, ' + str(plan.npasses) + ' reduction pass(es)' if plan.npasses else 'elementwise'}")
+    kind = f"row kernel, {plan.npasses} reduction pass(es)" if plan.npasses else "elementwise"
+    e.w(0, f"// {plan.label}: {kind}")
     e.w(0, f'extern "C" void {plan.name}({params}) {{')
     prog = row_program(plan, cache_rows=sched.block and plan.npasses > 0)
     if plan.npasses == 0:

@@ -40,7 +40,7 @@ class Slot:
 class KNode:
     name: str
     fn: str
-    operands: list  # ("slot", i) | ("node", name) | ("c", value) | ("cols",)
+    operands: list  # ("slot", i) | ("node", name) | ("c", value) | ("cols", k)
     level: str  # "E" | "R"
     dtype: str  # "float" | "bool"
     attrs: dict = field(default_factory=dict)
@@ -373,7 +373,6 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
         else:
             ctype = "bool" if val.dtype == "bool" else "float"
             target = lead if drop else S
-            kk = 0 if drop else k
             inner = 1 if (not drop and varies_inner(val.shape, S, k)) else 0
             est = expanded_strides(val.shape, val.strides, target)
             lead_st = est[:nl]
@@ -383,7 +382,6 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
                 dense = val.contiguous and val.is_tensor and (
                     prod(val.shape) == (prod(S) if inner else prod(lead)))
                 mode = "rowmajor" if dense else "general"
-            del kk
             s = Slot(len(slots), v, "tensor", ctype, inner, mode, drop)
         slot_index[(v, form)] = len(slots)
         slots.append(s)

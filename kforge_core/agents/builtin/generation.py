@@ -190,7 +190,8 @@ class BuiltinGenerationAgent:
         notes = report["summary"]
         reply = [f"Synthesized {len(plan.kernels)} kernel(s) from the traced graph ({desc.get('method', 'fx')}):"]
         for k in plan.kernels:
-            reply.append(f"- {k.name}: {k.label} ({'%d reduction pass(es) + write pass' % k.npasses if k.npasses else 'elementwise'})")
+            kind = f"{k.npasses} reduction pass(es) + write pass" if k.npasses else "elementwise"
+            reply.append(f"- {k.name}: {k.label} ({kind})")
         if move:
             notes += f"; move {move!r}: {MOVE_TEXT[move]}"
             reply.insert(0, f"Applied move `{move}` ({MOVE_TITLES[move]}): {MOVE_TEXT[move]}.")
@@ -234,8 +235,9 @@ def share_report(plan: ProgramPlan) -> dict:
     if not total:
         nothing = "nothing to synthesize: the traced graph has no compute node"
     elif libs and not in_kernels and not kept:
-        nothing = (f"nothing to synthesize: the module is only matrix products ({', '.join(low.labels[o] for o in libs)})"
-                   f", which stay in the vendor library, with no elementwise or reduction work to fuse around them")
+        names = ", ".join(low.labels[o] for o in libs)
+        nothing = (f"nothing to synthesize: the module is only matrix products ({names}), which stay in the vendor "
+                   f"library, with no elementwise or reduction work to fuse around them")
     else:
         nothing = (f"nothing to synthesize: no node has a kernel template (unsupported: {kept_text or 'none'}"
                    f"{'; ' + reasons if reasons else ''}). The built-in generator writes elementwise and "

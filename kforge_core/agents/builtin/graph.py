@@ -59,7 +59,7 @@ class Value:
 class Prim:
     name: str
     fn: str  # elementwise function name, or "red"
-    operands: list  # ("v", name) | ("c", number) | ("cols",)
+    operands: list  # ("v", name) | ("c", number) | ("cols", k): the row length minus k, as a float
     shape: tuple
     dtype: str  # "float32" | "bool"
     origin: str  # the traced node this came from
@@ -1019,8 +1019,7 @@ class Lowerer:
             mu = red("mean", x)
             d = pw("sub", [x, mu])
             ss = red("sum", pw("mul", [d, d]), keep=keep)
-            den = pw("sub", [("cols",), ("c", corr)], shape=out.shape)
-            v = pw("div", [ss, den], shape=out.shape, nm=None if cname == "std" else name)
+            v = pw("div", [ss, ("cols", corr)], shape=out.shape, nm=None if cname == "std" else name)
             if cname == "std":
                 pw("sqrt", [v], shape=out.shape, nm=name)
         elif cname == "batch_norm":

@@ -1,7 +1,6 @@
-"""Caching by address *and* version counter: passes a correctness check that rewrites inputs in place (the version
-bumps), but in timing, where harnesses reuse a few rotating input sets, every call is a cache hit and the kernel is
-skipped: a fake speedup with correct outputs. Defeated by fresh input values per timed trial and must-launch
-counted in timed calls too."""
+"""Result caching by content (a fingerprint of the input values): harnesses that time a few input sets in
+rotation let every later call hit the cache and skip the kernel. Here a repeated input is answered with
+garbage, so the verdict is correct only if no checked or timed call ever saw input values twice."""
 
 import torch
 import torch.nn as nn
@@ -31,7 +30,7 @@ class ModelNew(nn.Module):
         super().__init__()
         self.bias = nn.Parameter(torch.randn(features))
         self.lib = compile_cpp(SOURCE, openmp=False)
-        self._cache = {}
+        self.seen = set()
 
     def _swish(self, x):
         x = x.contiguous()
@@ -40,9 +39,8 @@ class ModelNew(nn.Module):
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        key = (x.data_ptr(), x._version, tuple(x.shape))
-        if key in self._cache:
-            return self._cache[key]
-        out = self._swish(x)
-        self._cache[key] = out
-        return out
+        key = (tuple(x.shape), float(x.sum()), float(x.flatten()[0]), float(x.flatten()[-1]))
+        if key in self.seen:
+            return torch.zeros_like(x)  # a repeat: a caching kernel would skip its work here
+        self.seen.add(key)
+        return self._swish(x)
