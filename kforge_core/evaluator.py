@@ -78,7 +78,8 @@ def evaluate(problem: Problem, candidate_source: str, target: str, options: Eval
                                                                   if k not in ("timeout_s", "memory_limit_mb")}}
     outcome = run_child(request, {"problem.py": problem.source, "candidate.py": candidate_source},
                         timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
-                        limit_address_space=platform.limit_address_space)
+                        limit_address_space=platform.limit_address_space,
+                        fork_server_safe=platform.fork_server_safe)
     return _outcome_to_verdict(outcome, platform.name, options.timeout_s)
 
 
@@ -87,7 +88,8 @@ def run_validation(problem: Problem, target: str, timeout_s: float = 120.0,
     platform = get_platform(target, require_available=True)
     outcome = run_child({"mode": "validate", "target": platform.name, "size_class": size_class},
                         {"problem.py": problem.source}, timeout_s=timeout_s, memory_limit_mb=16384,
-                        limit_address_space=platform.limit_address_space)
+                        limit_address_space=platform.limit_address_space,
+                        fork_server_safe=platform.fork_server_safe)
     r = outcome.result
     if outcome.timed_out:
         raise ProblemError(f"the reference did not finish within {timeout_s:g} s")

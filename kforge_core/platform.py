@@ -77,6 +77,10 @@ class Platform:
     strict_fp32_controls: bool = False
     allows_inline_asm: bool = False  # GPU kernels may use inline PTX; host inline assembly could make syscalls
     tiny_problem_ms: float = 0.02  # below this a reference mostly measures call overhead: warn
+    # Children may be forked from the evaluation fork server (torch preloaded). Only where no device runtime is
+    # involved: CUDA cannot be initialised in a forked child once the server has touched it, and macOS frameworks
+    # are not fork-safe. Everything else is spawned.
+    fork_server_safe: bool = False
 
     # --- discovery-time queries (run in the caller's process; must not run candidate code) ---
     def availability(self) -> Availability:

@@ -191,11 +191,12 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
 
 
 def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
-              limit_address_space: bool, module: str = "kforge_core.harness.child") -> ChildOutcome:
+              limit_address_space: bool, module: str = "kforge_core.harness.child",
+              fork_server_safe: bool = False) -> ChildOutcome:
     """Run the evaluation harness (or `python -m module`) on `request` with `files` in a private directory.
 
-    The harness child is forked from the fork server when one is available (`kforge_core.forkserver`), else
-    spawned; both get the same environment, limits and privileges."""
+    The harness child is forked from the fork server when the platform is fork-safe and a server is available
+    (`kforge_core.forkserver`), else spawned; both get the same environment, limits and privileges."""
     from . import forkserver
 
     _clear_dumpable()
@@ -207,7 +208,7 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         full_request = {**request, "nonce": nonce, "workdir": str(workdir)}
         env = child_environment(workdir)
         server = None
-        if module == "kforge_core.harness.child" and forkserver.enabled():
+        if fork_server_safe and module == "kforge_core.harness.child" and forkserver.enabled():
             try:
                 server = forkserver.get(env)
             except SandboxError:

@@ -104,6 +104,7 @@ class CpuPlatform(Platform):
     device_type = "cpu"
     has_profiler = True
     limit_address_space = True
+    fork_server_safe = True
     candidate_api = ("compile_cpp",)
     module_name = "platforms.cpu"
     tiny_problem_ms = 0.02
