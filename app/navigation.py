@@ -26,6 +26,7 @@ PAGES = (
     PageSpec("synthesize", "Synthesize", ":material/bolt:", "synthesize"),
     PageSpec("runs", "Runs", ":material/history:", "runs"),
     PageSpec("compare", "Compare", ":material/compare_arrows:", "compare"),
+    PageSpec("benchmark", "Benchmark", ":material/leaderboard:", "benchmark"),
     PageSpec("settings", "Settings", ":material/settings:", "settings"),
 )
 BY_KEY = {p.key: p for p in PAGES}

@@ -157,6 +157,72 @@ def check_problem(gp, platform, gen, args) -> dict:
     return row
 
 
+def ab_problem(gp, platform, gen, args) -> dict:
+    """--ab: the fully optimized built-in candidate, eager and torch.compile timed interleaved in this process.
+
+    Same inputs, same moment, round-robin: on a machine shared with other jobs this is steadier than comparing
+    numbers from separate evaluation processes. Candidate and problem code run in this process (the candidate is
+    the built-in generator's own output, the problem a gallery file); the real evaluator judged the same programs.
+    """
+    import statistics
+    import types
+
+    import torch
+
+    from kforge_core.agents.builtin import Schedule
+    from kforge_core.agents.builtin.schedule import order_for
+    from kforge_core.gallery import load_module
+
+    row = {"problem": gp.name, "level": gp.level}
+    full = Schedule()
+    for move in order_for(platform.device_type):
+        full = full.with_move(move)
+    res = gen.synthesize(gp.source, platform.name, full, gp.name)
+    row["share"] = gen.last_report.get("share")
+    if res.program is None:
+        row["status"], row["reason"] = "unsupported", res.error
+        return row
+    mod = load_module(gp.path, args.size_class or "gpu")
+    device = platform.device()
+    torch.manual_seed(0)
+    init = mod.get_init_inputs()
+    ref = mod.Model(*init).to(device)
+    cand_mod = types.ModuleType(f"kf_ab_{gp.path.stem}")
+    exec(compile(res.program, f"<builtin {gp.name}>", "exec"), cand_mod.__dict__)  # noqa: S102 - our own output
+    cand = cand_mod.ModelNew(*init).to(device)
+    cand.load_state_dict(ref.state_dict())
+    models = {"eager": ref, "compiled": torch.compile(ref), "candidate": cand}
+    torch.manual_seed(1)
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+    times = {k: [] for k in models}
+    with torch.no_grad():
+        want = ref(*inputs)
+        got = cand(*inputs)
+        ok = all(torch.allclose(g.float(), w.float(), atol=1e-2 if w.dtype != torch.float32 else 1e-4, rtol=1e-4)
+                 for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple)
+                                 else (want,)))
+        for m in models.values():
+            for _ in range(3):
+                m(*inputs)
+        for _ in range(args.rounds):
+            for name, m in models.items():
+                platform.synchronize()
+                t0 = time.perf_counter()
+                m(*inputs)
+                platform.synchronize()
+                times[name].append((time.perf_counter() - t0) * 1e3)
+    row["status"] = "correct" if ok else "incorrect"
+    for name, v in times.items():
+        row[f"{name}_ms"] = statistics.median(v)
+        row[f"{name}_min_ms"] = min(v)
+    row["kernels"] = len(read_marker(res.program)["kernels"])
+    row["moves"] = [m for m in ("fuse", "parallel", "vectorize", "block", "unroll") if full.to_dict().get(m)]
+    row["vs_eager"] = row["eager_ms"] / row["candidate_ms"]
+    row["vs_compiled"] = row["compiled_ms"] / row["candidate_ms"]
+    row["vs_best_baseline"] = min(row["eager_ms"], row["compiled_ms"]) / row["candidate_ms"]
+    return row
+
+
 def geomean(xs):
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -203,6 +269,9 @@ def main(argv=None) -> int:
                     help="host memory limit of each evaluation (the files' GPU sizes need more than the default)")
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument("--check", action="store_true", help="correctness only: first and fully optimized candidates")
+    ap.add_argument("--ab", action="store_true", help="in-process interleaved timing of the fully optimized "
+                                                       "candidate against eager and torch.compile (no loop)")
+    ap.add_argument("--rounds", type=int, default=20, help="--ab: timed rounds per model")
     args = ap.parse_args(argv)
     platform = get_platform(args.target, require_available=True)
     if args.size_class is None:
@@ -220,7 +289,7 @@ def main(argv=None) -> int:
             rows.append(row)
             continue
         try:
-            row = run_problem(gp, platform, gen, ana, args)
+            row = ab_problem(gp, platform, gen, args) if args.ab else run_problem(gp, platform, gen, ana, args)
         except Exception as e:  # noqa: BLE001 - one problem's failure must not end the bench
             row = {"problem": gp.name, "level": gp.level, "status": "error", "reason": f"{type(e).__name__}: {e}"}
         rows.append(row)

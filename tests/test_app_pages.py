@@ -219,3 +219,38 @@ def test_interrupted_run_offers_resume(app_env, use_targets):
     assert "interrupted" in texts(at)
     assert any(b.label == "Resume" for b in at.button)
     assert not any(b.label == "Cancel run" for b in at.button)
+
+
+# --------------------------------------------------------------------------------------------------- Benchmark
+
+def test_benchmark_page_shows_a_bench_report(app_env, tmp_path, monkeypatch):
+    from kforge_core.bench.report import write_reports
+
+    records = [
+        {"problem": "level1/01_relu", "level": 1, "status": "succeeded", "correct": True, "speedup_vs_eager": 2.5,
+         "speedup_vs_compiled": 1.25, "candidate_ms": 4.0, "eager_ms": 10.0, "compiled_ms": 5.0},
+        {"problem": "level2/09_logsumexp", "level": 2, "status": "failed", "correct": False,
+         "error": "no correct program"},
+    ]
+    write_reports(tmp_path / "out", records, {"target": "cpu", "agent": "builtin"})
+    monkeypatch.setenv("KFORGE_BENCH_DIR", str(tmp_path / "out"))
+    at = app("benchmark").run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Correct"] == "1/2" and metrics["fast_1 vs eager"] == "50%"
+    tables = " ".join(str(df.value.to_dict()) for df in at.dataframe)
+    assert "level1/01_relu" in tables and "level2/09_logsumexp" in tables
+    assert "failures counted as 1.0" in tables and "fast_1" in tables
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_benchmark_page_explains_a_bad_folder(app_env, tmp_path, monkeypatch):
+    monkeypatch.delenv("KFORGE_BENCH_DIR", raising=False)
+    at = app("benchmark").run()
+    at.text_input(key="kf-bench-dir").set_value(str(tmp_path / "nowhere")).run()
+    assert not at.exception
+    assert "No results.json" in texts(at)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results.json").write_text("{not json")
+    at.text_input(key="kf-bench-dir").set_value(str(tmp_path / "bad")).run()
+    assert not at.exception and "is not a KForge benchmark result" in texts(at)

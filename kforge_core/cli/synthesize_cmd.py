@@ -61,6 +61,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     more = p.add_argument_group("inputs and evaluation")
     more.add_argument("--reference-program", metavar="FILE", help="a working program for another target")
     more.add_argument("--reference-target", metavar="T", help="the target --reference-program is for")
+    more.add_argument("--reference-run", metavar="RUN_ID",
+                      help="use a stored run's best program (and its target) as the cross-platform reference")
     more.add_argument("--screenshot", action="append", metavar="PNG", help="profiler screenshot (PNG/JPEG) for the "
                                                                          "analysis agent; repeatable")
     more.add_argument("--tolerance", choices=sorted(POLICIES), help="tolerance policy (default: default)")
@@ -90,6 +92,20 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def _reference_from_run(store, args: argparse.Namespace) -> dict:
+    """--reference-run: the stored run's best program and its target, as the cross-platform reference."""
+    run_id = getattr(args, "reference_run", None)
+    if not run_id:
+        return {}
+    if args.reference_program or args.reference_target:
+        raise UsageError("give --reference-run, or --reference-program with --reference-target, not both")
+    ref = store.get_run(run_id)
+    if ref.get("best_iteration") is None:
+        raise UsageError(f"run {run_id} has no correct program to use as a reference (status {ref['status']})")
+    best = store.get_iteration(run_id, ref["best_iteration"])
+    return {"reference_program": best["code"], "reference_target": ref["target"]}
+
+
 def run(args: argparse.Namespace) -> int:
     from ..loop import RunConfig, create_run
 
@@ -106,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError("synthesize needs --problem FILE and --target NAME (or --resume RUN_ID)")
             problem_path = Path(args.problem)
             config = RunConfig(problem_source=_read(problem_path, "problem file"), problem_name=problem_path.stem,
-                               target=args.target, **overrides_from_args(args))
+                               target=args.target, **overrides_from_args(args), **_reference_from_run(store, args))
             run_id = None
         notes = prepare_agent(config, explicit_agent=args.agent is not None or bool(args.resume))
         if run_id is None:
