@@ -46,7 +46,8 @@ Verify = Callable[[str, list, list, dict, dict], None]
 
 def time_models(models: dict[str, object], make_inputs, platform, timer, opts: TimingOptions,
                 rng: random.Random, seed_base: int | None = None, verify: Verify | None = None) -> dict[str, dict]:
-    """Returns {name: summary}. `models` is called in its order within a trial (the candidate first)."""
+    """Returns {name: summary}. Within a trial every model runs once on the same inputs; which one goes first
+    rotates from trial to trial."""
     if seed_base is None:
         seed_base = rng.randrange(1 << 30, 1 << 62)
 
@@ -73,7 +74,9 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
         pristine = clone(inputs) if verify else None
         outputs: dict[str, object] = {}
         launched: dict[str, int] = {}
-        for name, model in models.items():
+        order = list(models.items())
+        shift = trial % len(order)  # rotate who goes first, so a device idling while inputs are made hurts all alike
+        for name, model in order[shift:] + order[:shift]:
             platform.flush_cache()
             launches.reset()
             box = []
