@@ -63,6 +63,7 @@ def run_problem(gp, platform, gen, ana, args) -> dict:
     if first.program is None:
         row["status"] = "unsupported"
         row["reason"] = first.error
+        row["share"] = report["in_kernels"] / report["total"] if report.get("total") else 0.0
         return row
     v = evaluate(problem, first.program, platform.name, step_opts)
     row["steps"].append({"move": None, "status": v.status, "ms": v.candidate_ms})

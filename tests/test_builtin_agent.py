@@ -244,6 +244,16 @@ def test_labels_say_rule_based_no_llm():
     assert g.size_class == "cpu"
 
 
+def test_the_run_factory_builds_the_builtin_pair():
+    factory = pytest.importorskip("kforge_core.agents.factory")
+    loop_config = pytest.importorskip("kforge_core.loop_config")
+    config = loop_config.RunConfig(problem_source=ROWS, problem_name="rows", target="cpu", agent="builtin",
+                                   size_class="cpu")
+    gen, ana = factory.build_agents(config)
+    assert isinstance(gen, BuiltinGenerationAgent) and isinstance(ana, BuiltinAnalysisAgent)
+    assert gen.label == ana.label == LABEL and gen.size_class == "cpu"
+
+
 # ------------------------------------------------------------------------------------------ supported patterns
 
 @pytest.mark.parametrize("name,source,expect_kernels,expect_text", [
