@@ -9,16 +9,6 @@ from __future__ import annotations
 from .ceilings import for_platform
 
 
-def _bytes(obj) -> int:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, (list, tuple)):
-        return sum(_bytes(x) for x in obj)
-    return 0
-
-
 def _low_precision(tensors) -> bool:
     import torch
 
@@ -41,10 +31,12 @@ def count_flops(model, inputs) -> int | None:
 def roofline(ref_model, inputs, candidate_ms: float, platform) -> dict:
     import torch
 
+    from .harness.loading import tensor_bytes
+
     with torch.no_grad():
         outputs = ref_model(*inputs)
     params = sum(p.numel() * p.element_size() for p in ref_model.parameters())
-    nbytes = _bytes(list(inputs)) + _bytes(outputs) + params
+    nbytes = tensor_bytes(list(inputs)) + tensor_bytes(outputs) + params
     flops = count_flops(ref_model, inputs)
     ceil = for_platform(platform)
     bw = ceil.get("bandwidth_gbs")

@@ -47,7 +47,9 @@ def choose_agent(requested: str | None, base_url: str | None, api_key: str | Non
 
     if is_configured(resolve_config(base_url=base_url, api_key=api_key, model=model)):
         return "llm"
-    print("no LLM endpoint configured: using the built-in, rule-based synthesizer (no LLM)", file=sys.stderr)
+    from .synthesize_cmd import NO_ENDPOINT_NOTE
+
+    print(NO_ENDPOINT_NOTE, file=sys.stderr)
     return "builtin"
 
 
