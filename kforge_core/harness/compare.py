@@ -70,36 +70,64 @@ def compare_outputs(got, want, policy: TolerancePolicy) -> Comparison:
     return Comparison(True, "all outputs match", worst_abs, worst_rel)
 
 
+_CHUNK = 1 << 22  # elements per comparison step: bounds the float64 working set to tens of MiB
+
+
+def _work_device(t: torch.Tensor) -> torch.device:
+    """Where a chunk is compared in float64: on the tensor's own device where it has float64 (CUDA, CPU), so a
+    multi-GiB GPU output is neither copied to the host whole nor widened there; on the CPU otherwise (MPS)."""
+    return t.device if t.device.type in ("cpu", "cuda") else torch.device("cpu")
+
+
 def _compare_tensor(g: torch.Tensor, w: torch.Tensor, policy: TolerancePolicy, label: str) -> Comparison:
     dtype_name = str(w.dtype).replace("torch.", "")
     tol = policy.for_dtype(dtype_name)
-    g64 = g.detach().to("cpu", torch.float64) if not g.is_complex() else g.detach().cpu().to(torch.complex128)
-    w64 = w.detach().to("cpu", torch.float64) if not w.is_complex() else w.detach().cpu().to(torch.complex128)
-    if g64.numel() == 0:
+    numel = w.numel()
+    if numel == 0:
         return Comparison(True, "empty")
-    bad = ~torch.isfinite(g64)
-    if bool(bad.any()):
-        n = int(bad.sum())
-        first = _index(int(bad.flatten().nonzero()[0]), g64.shape)
-        return Comparison(False, f"{label}: {n} of {g64.numel()} elements are NaN or Inf (first at {first}); "
-                                 f"NaN/Inf never pass", float("inf"), float("inf"))
-    diff = (g64 - w64).abs()
-    limit = tol.atol + tol.rtol * w64.abs()
-    over = diff > limit
-    max_abs = float(diff.max())
-    rel = diff / w64.abs().clamp_min(max(tol.atol, 1e-12))
-    max_rel = float(rel.max())
-    norm_w = float(torch.linalg.vector_norm(w64))
-    rel_l2 = float(torch.linalg.vector_norm(g64 - w64)) / norm_w if norm_w > 0 else float(diff.max() > 0)
-    if bool(over.any()):
-        n = int(over.sum())
-        flat = int(torch.argmax(diff - limit))
-        idx = _index(flat, g64.shape)
-        got_v, want_v = float(g64.flatten()[flat]), float(w64.flatten()[flat])
-        return Comparison(False, f"{label}: {n} of {g64.numel()} elements ({100 * n / g64.numel():.2g}%) outside "
-                                 f"atol={tol.atol:g} rtol={tol.rtol:g}; worst at {idx}: got {got_v:.6g}, expected "
-                                 f"{want_v:.6g} (abs error {abs(got_v - want_v):.3g}); max abs error {max_abs:.3g}",
-                          max_abs, max_rel)
+    wide = torch.complex128 if w.is_complex() else torch.float64
+    dev = _work_device(w)
+    gf, wf = g.detach().reshape(-1), w.detach().reshape(-1)
+    n_bad = n_over = 0
+    first_bad = None
+    max_abs = max_rel = sq_err = sq_ref = 0.0
+    worst = None  # (excess over the limit, flat index, got, want)
+    for lo in range(0, numel, _CHUNK):
+        g64 = gf[lo:lo + _CHUNK].to(dev, wide)
+        w64 = wf[lo:lo + _CHUNK].to(dev, wide)
+        bad = ~torch.isfinite(g64)
+        nb = int(bad.sum())
+        if nb:
+            n_bad += nb
+            if first_bad is None:
+                first_bad = lo + int(bad.nonzero()[0])
+            continue
+        diff = (g64 - w64).abs()
+        limit = tol.atol + tol.rtol * w64.abs()
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / w64.abs().clamp_min(max(tol.atol, 1e-12))).max()))
+        sq_err += float((diff * diff).sum())
+        sq_ref += float((w64.abs() ** 2).sum())
+        over = diff > limit
+        no = int(over.sum())
+        if no:
+            n_over += no
+            excess = diff - limit
+            i = int(torch.argmax(excess))
+            if worst is None or float(excess[i]) > worst[0]:
+                worst = (float(excess[i]), lo + i, complex(g64[i]) if g64.is_complex() else float(g64[i]),
+                         complex(w64[i]) if w64.is_complex() else float(w64[i]))
+    if n_bad:
+        return Comparison(False, f"{label}: {n_bad} of {numel} elements are NaN or Inf (first at "
+                                 f"{_index(first_bad, w.shape)}); NaN/Inf never pass", float("inf"), float("inf"))
+    norm_w = sq_ref ** 0.5
+    rel_l2 = sq_err ** 0.5 / norm_w if norm_w > 0 else float(max_abs > 0)
+    if n_over:
+        _, flat, got_v, want_v = worst
+        return Comparison(False, f"{label}: {n_over} of {numel} elements ({100 * n_over / numel:.2g}%) outside "
+                                 f"atol={tol.atol:g} rtol={tol.rtol:g}; worst at {_index(flat, w.shape)}: got "
+                                 f"{got_v:.6g}, expected {want_v:.6g} (abs error {abs(got_v - want_v):.3g}); max abs "
+                                 f"error {max_abs:.3g}", max_abs, max_rel)
     if tol.rel_l2_max and rel_l2 > tol.rel_l2_max:
         return Comparison(False, f"{label}: relative L2 error {rel_l2:.3g} exceeds {tol.rel_l2_max:g} although every "
                                  f"element is within atol={tol.atol:g} (outputs too small for an absolute check: "
