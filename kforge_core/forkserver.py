@@ -29,7 +29,7 @@ def enabled() -> bool:
 
 class ForkServer:
     def __init__(self, env: dict[str, str]):
-        from .sandbox import limits
+        from .sandbox import limits, python_command
 
         self.dir = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
         self._cond = threading.Condition()
@@ -39,7 +39,7 @@ class ForkServer:
         self.dead = False
         self._write_lock = threading.Lock()
         log = open(self.dir / "forkserver.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "kforge_core.harness.zygote"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(python_command("kforge_core.harness.zygote"), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=log, cwd=self.dir, env={**env, "HOME": str(self.dir)},
                                      start_new_session=True, preexec_fn=limits(None, False))
         log.close()

@@ -38,6 +38,11 @@ RULES: tuple[Rule, ...] = (
     Rule("no-global-state", "No calls that change torch's global state: precision (TF32, matmul precision), "
          "default dtype/device, RNG seeds, thread counts, torch.compile.",
          "TF32/fp16 drift looks 5-7x faster; reseeding makes 'fresh' inputs predictable; torch.compile is the baseline."),
+    Rule("no-file-writes", "No file-writing APIs: ndarray.tofile/dump, numpy.save/savez/savetxt/memmap, torch.save, "
+         "Storage.from_file, GraphModule.to_folder, torch.onnx, tensorboard writers, triton's cache and tools "
+         "(open() is refused by no-dynamic-code).",
+         "A written file is code the static rules never read: a planted sympy.py or a poisoned compile cache is "
+         "imported later by torch itself."),
     Rule("native-no-os", "Kernel source may not call the OS: no system/popen/fork/exec, getenv/environ, /proc, "
          "sockets, dlopen, file I/O, std::thread/pthread/async, or host inline assembly.",
          "Native code can read secrets from /proc/<pid>/environ or finish work on a thread after the timer stops."),
@@ -64,6 +69,9 @@ DENIED_QUALIFIED_PREFIXES = (
     "numpy.load", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.fromfile", "numpy.memmap",
     "numpy.loadtxt", "numpy.savetxt", "numpy.genfromtxt", "numpy.fromregex", "numpy.ctypeslib", "numpy.lib",
     "numpy.f2py", "numpy.distutils", "numpy.testing", "numpy.DataSource",
+    # file writers: whatever lands on disk may be imported later (a planted module, a poisoned compile cache)
+    "torch.onnx", "torch.utils.tensorboard", "torch.utils.model_dump", "torch.utils.bundled_inputs",
+    "triton.runtime.cache", "triton.tools",
     # attribute access by string (dodges the dunder rule) and eval in disguise (string annotations are evaluated)
     "operator.attrgetter", "operator.methodcaller", "string.Formatter", "typing.get_type_hints",
     "typing.ForwardRef", "functools.singledispatch", "functools.singledispatchmethod",
@@ -81,6 +89,12 @@ BANNED_CALLS = frozenset({
     "delattr", "memoryview", "exit", "quit", "help",
 })
 ALLOWED_DUNDERS = frozenset({"__init__", "__name__"})
+# Methods that write files, refused whatever object they are reached on (`x.numpy().tofile(path)` is rooted at no
+# import the qualified-name checks could follow; `getattr(x, "tofile")` is read like `x.tofile`).
+FILE_WRITE_ATTRS = frozenset({
+    "tofile", "dump", "save", "savez", "savez_compressed", "savetxt", "from_file", "memmap", "open_memmap",
+    "to_folder", "get_cache_manager",
+})
 
 # Native (C/C++/CUDA/Metal) source: what kernels never need. Word-boundary patterns over string literals.
 _NATIVE_PATTERNS = [
@@ -232,6 +246,8 @@ class _Checker(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ALLOWED_DUNDERS:
             self.flag("no-dunder", node, f"attribute {node.attr} is not allowed")
+        if node.attr in FILE_WRITE_ATTRS:
+            self.flag("no-file-writes", node, f"{node.attr} writes files")
         qualified = self._qualified(node)
         if qualified:
             self._check_qualified(node, qualified, isinstance(node.ctx, (ast.Store, ast.Del)))
@@ -288,6 +304,8 @@ class _Checker(ast.NodeVisitor):
             name = node.args[1] if len(node.args) > 1 else None
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not name.value.startswith("_")):
                 self.flag("no-dynamic-code", node, "getattr() is allowed only with a public constant name")
+            elif name.value in FILE_WRITE_ATTRS:
+                self.flag("no-file-writes", node, f"{name.value} writes files")
             elif self._const_getattr(node):
                 qualified = self._qualified(node)
                 if qualified:

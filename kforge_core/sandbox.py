@@ -48,6 +48,17 @@ def cache_dir() -> Path:
     return d
 
 
+# How every evaluation child's interpreter starts (spawned children, the fork server, the builtin tracer): -P
+# (Python >= 3.11) keeps the working directory -- the candidate's private directory, which it may write -- off
+# sys.path, so a lazy import (torch's `import sympy`) can never find a module the candidate planted there; -s drops
+# the user site directory (HOME is the working directory). The harness is found through PYTHONPATH (the repo root).
+PYTHON_FLAGS: tuple[str, ...] = ("-P", "-s") if sys.version_info >= (3, 11) else ("-s",)
+
+
+def python_command(module: str) -> list[str]:
+    return [sys.executable, *PYTHON_FLAGS, "-m", module]
+
+
 def child_environment(workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_SECRET.search(k)}
     env.update(
@@ -55,6 +66,10 @@ def child_environment(workdir: Path) -> dict[str, str]:
         # the repo first, then the caller's own entries (third-party platform modules named in KFORGE_PLATFORMS)
         PYTHONPATH=os.pathsep.join([str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
         PYTHONUNBUFFERED="1",
+        # what PYTHON_FLAGS does, for the Python processes a child starts itself (ncu's profiled child runs
+        # `python -m` in the candidate's directory; inductor's workers): no working directory, no user site
+        PYTHONSAFEPATH="1",
+        PYTHONNOUSERSITE="1",
         KFORGE_CACHE_DIR=str(cache_dir()),
         # torch.compile's caches persist across children, so the baseline's compile is paid once per problem
         TORCHINDUCTOR_CACHE_DIR=str(cache_dir() / "inductor"),
@@ -240,7 +255,7 @@ def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, t
     try:
         with open(workdir / "child.log", "wb") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                python_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=log_file, cwd=workdir, env=env, start_new_session=True,
                 preexec_fn=limits(memory_limit_mb, limit_address_space))
     except OSError as e:

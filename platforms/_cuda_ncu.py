@@ -142,7 +142,9 @@ def ncu_command(ncu: str, names, workdir: str, target: str, size_class: str | No
     regex = kernel_regex(names)
     if regex:
         cmd += ["--kernel-name", regex]
-    cmd += [sys.executable, "-m", "platforms._cuda_ncu", workdir, target, size_class or ""]
+    from kforge_core.sandbox import python_command  # -P: the candidate's directory never joins sys.path
+
+    cmd += [*python_command("platforms._cuda_ncu"), workdir, target, size_class or ""]
     return cmd
 
 

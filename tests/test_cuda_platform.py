@@ -198,3 +198,4 @@ def test_ncu_command_profiles_only_the_candidate_and_keeps_clocks():
     sections = [cmd[i + 1] for i, c in enumerate(cmd) if c == "--section"]
     assert sections == ["SpeedOfLight", "Occupancy", "MemoryWorkloadAnalysis"]
     assert ncu.kernel_regex({"a;rm -rf", "ok"}) == "regex:ok"  # only identifiers reach ncu
+    assert "-P" in cmd[cmd.index("-m") - 2:cmd.index("-m")]  # the profiled child keeps its directory off sys.path

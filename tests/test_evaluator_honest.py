@@ -25,6 +25,9 @@ case(M, "multi_output", "multi_output.py", HONEST / "multi_output.py")
 case(M, "scalar_inputs", "scalar_inputs.py", HONEST / "scalar_inputs.py")
 case(M, "fp16", "fp16_swish.py", HONEST / "fp16_swish.py")
 case(M, "tiny_scale", "tiny_scale.py", HONEST / "tiny_scale.py")
+case(M, "lazy_imports", "swish_small.py", HONEST / "lazy_imports.py")
+# spawned children only (run by the test itself): the fork server has imported torch._dynamo before any candidate
+LAZY_IMPORTS_SPAWNED = case(f"{M}:spawned", "lazy_imports_spawned", "swish_small.py", HONEST / "lazy_imports.py")
 
 
 def assert_correct(v):
@@ -92,6 +95,19 @@ def test_fp16_is_judged_by_half_tolerance(verdicts):
 def test_tiny_valued_outputs_pass_when_right(verdicts):
     """The relative-L2 bound that stops zero outputs does not reject an honest kernel with tiny outputs."""
     assert_correct(verdicts["tiny_scale"])
+
+
+def test_lazy_imports_inside_torch_are_not_candidate_code(verdicts, monkeypatch):
+    """A public torch API whose first call imports torch modules lazily: torch.broadcast_shapes (sympy) and
+    torch.utils.checkpoint (torch._dynamo, whose top-level code sets os.environ, audit event os.putenv, and rebinds
+    torch.manual_seed). That is torch's own import-time code, trusted like any installed library's: correct both in
+    a fork-server child (torch._dynamo preloaded) and in a spawned one (KFORGE_EVAL_SPAWN=1, and every platform
+    without a fork server), where the imports happen during the candidate's first call."""
+    from candidates.evalkit import REGISTRY, run_case
+
+    assert_correct(verdicts["lazy_imports"])
+    monkeypatch.setenv("KFORGE_EVAL_SPAWN", "1")
+    assert_correct(run_case(REGISTRY[LAZY_IMPORTS_SPAWNED]))
 
 
 def test_verdict_json_has_speedups_and_tolerance(verdicts):

@@ -77,6 +77,13 @@ hostile("syntax_error")
 hostile("missing_modelnew")
 hostile("forged_result")
 hostile("crash_at_import")
+# --- deserialising, and borrowing the trust given to installed libraries' lazy imports
+hostile("pickle_np_load_alias")
+# spawned children only (run by their tests): sympy is not yet imported there, so torch's lazy import searches sys.path
+PLANTED = ["plant_module_unpickle", "plant_loader_attribute", "plant_loader_subclass"]
+for _name in PLANTED:
+    case(f"{M}:spawned", _name, SWISH, HOSTILE / f"{_name}.py")
+case(f"{M}:planted", "plant_module_probe", SWISH, HOSTILE / "plant_module_probe.py")
 
 
 def assert_status(v, status: str, *fragments: str):
@@ -394,6 +401,72 @@ def test_forged_result_cannot_change_the_verdict(verdicts):
     v = verdicts["forged_result"]
     assert_status(v, "incorrect")
     assert "forged" not in v.reason
+
+
+def test_unpickling_through_a_permitted_loader_is_rejected(verdicts):
+    """Deserialising runs code: np.load(allow_pickle=True) reached through an alias no static check follows, on a
+    file-like object holding a crafted pickle. Refused at run time (pickle.find_class) although the candidate
+    swallows the error."""
+    assert_status(verdicts["pickle_np_load_alias"], "rejected", "pickle.find_class")
+
+
+@pytest.mark.parametrize("name", PLANTED)
+def test_planting_a_module_is_rejected(monkeypatch, name):
+    """Planting a module to dodge the static rules: the candidate writes sympy.py into its working directory
+    (ndarray.tofile) for torch's own lazy `import sympy` (torch.broadcast_shapes) to load as trusted library code:
+    - plant_module_unpickle: the planted module unpickles a crafted pickle;
+    - plant_loader_attribute / plant_loader_subclass: it crafts importlib machinery instead, a stdlib loader with
+      get_data shadowed by an instance attribute or overridden in a subclass, serving bytecode compiled under
+      torch's own file name, run through importlib's own _load_unlocked as a module located in torch.
+    Candidates have no business writing files: the write is refused statically (rule no-file-writes), so the
+    module is never planted (and were it planted, the working directory is not on sys.path: see below)."""
+    monkeypatch.setenv("KFORGE_EVAL_SPAWN", "1")
+    assert_status(run_case(REGISTRY[name]), "rejected", "tofile", "no-file-writes")
+
+
+PLANTED_MODULE = """import os
+with open({marker!r}, "w") as f:
+    f.write(__name__)
+os._exit(42)  # no verdict at all: the evaluation fails if this module is ever imported
+"""
+
+
+@pytest.mark.parametrize("spawn", [True, False], ids=["spawned", "forked"])
+def test_planted_module_in_the_working_directory_is_not_imported(monkeypatch, tmp_path, spawn):
+    """Planted modules (any file-write path the static rules might miss): sympy.py and triton.py are put in the
+    candidate's working directory beside candidate.py (and, for a forked child, triton.py in the fork server's
+    directory too: a plain `python -m` puts the directory it starts in at the head of sys.path, and forked
+    children inherit the fork server's), and the candidate (plant_module_probe) triggers torch's lazy
+    `import sympy` and its own `import triton` (absent here). Were any of these directories on sys.path, the
+    import would run the planted file, which leaves a marker and kills the child. Children start with -P and
+    scrub sys.path: no such directory is searched, the kernel is judged correct, and no marker appears."""
+    from kforge_core import evaluator, forkserver, sandbox
+
+    monkeypatch.setenv("KFORGE_EVAL_SPAWN", "1" if spawn else "0")
+    markers = {name: tmp_path / f"{name}.imported" for name in ("sympy", "triton", "server-triton")}
+    planted = {f"{name}.py": PLANTED_MODULE.format(marker=str(markers[name])) for name in ("sympy", "triton")}
+    real_run_child = evaluator.run_child
+    server_plants = []
+
+    def planting_run_child(request, files, **kwargs):
+        if "candidate.py" not in files:
+            return real_run_child(request, files, **kwargs)
+        if not spawn:  # the server this evaluation will be forked from (its key ignores HOME)
+            plant = forkserver.get(sandbox.child_environment(tmp_path)).dir / "triton.py"
+            plant.write_text(PLANTED_MODULE.format(marker=str(markers["server-triton"])))
+            server_plants.append(plant)
+        return real_run_child(request, {**files, **planted}, **kwargs)
+
+    monkeypatch.setattr(evaluator, "run_child", planting_run_child)
+    try:
+        v = run_case(REGISTRY["plant_module_probe"])
+    finally:
+        for plant in server_plants:
+            plant.unlink(missing_ok=True)
+    assert server_plants or spawn, "the forked case was not forked"
+    imported = sorted(name for name, path in markers.items() if path.exists())
+    assert not imported, f"planted module(s) imported: {imported}"
+    assert_status(v, "correct")
 
 
 def _crash_evals() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -39,6 +40,36 @@ def test_run_child_environment_has_no_secrets(monkeypatch):
                     module="tests.candidates.sandbox.envdump")
     assert out.result is not None, out.log
     assert "OPENAI_API_KEY" not in out.result["environ"] and "MY_TOKEN" not in out.result["environ"]
+
+
+def test_child_working_directory_is_not_on_sys_path():
+    """Planted modules: the child's working directory is the candidate's private directory, which it might write; a
+    `python -m` child would put it at the head of sys.path, where torch's lazy imports (`import sympy`) find a
+    planted sympy.py first. Children (and the builtin tracer's, which runs its own module) start with -P and -s."""
+    out = run_child({}, {"sympy.py": "raise SystemExit(3)\n"}, timeout_s=60, memory_limit_mb=None,
+                    limit_address_space=False, module="tests.candidates.hostile.syspath_dump")
+    assert out.result is not None, out.log
+    cwd = os.path.realpath(out.result["cwd"])
+    assert "" not in out.result["sys_path"] and "." not in out.result["sys_path"]
+    assert cwd not in {os.path.realpath(p) for p in out.result["sys_path"]}, out.result["sys_path"]
+    assert out.result["no_user_site"]
+    if sys.version_info >= (3, 11):
+        assert out.result["safe_path"]
+
+
+def test_scrub_sys_path_drops_the_current_and_writable_directories(monkeypatch, tmp_path):
+    """A forked child inherits the fork server's sys.path (and '' would resolve to the child's new working
+    directory): child.serve scrubs '', '.', the working directory, HOME and what lies under them."""
+    from kforge_core.harness.child import scrub_sys_path
+
+    work, home, keep = tmp_path / "work", tmp_path / "home", tmp_path / "lib"
+    for d in (work, home, keep, work / "sub"):
+        d.mkdir(exist_ok=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(sys, "path", ["", ".", str(work), str(work / "sub"), str(home), str(keep), "x/.."])
+    scrub_sys_path(work)
+    assert sys.path == [str(keep)]
 
 
 def _dead(pid: int) -> bool:

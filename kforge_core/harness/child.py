@@ -46,6 +46,20 @@ def candidate_frames(exc: BaseException, candidate_file: str) -> str:
     return "; ".join(lines[-3:])
 
 
+def scrub_sys_path(*writable: str | os.PathLike) -> None:
+    """Drop from sys.path the current directory ('' or '.', as an interpreter without -P puts it there) and every
+    directory the candidate may write (its working directory, HOME): a module planted there must never be found by
+    a lazy import. The interpreter is started with -P too (`sandbox.PYTHON_FLAGS`); this holds without it, and in a
+    forked child, whose sys.path was set up by the fork server in another directory."""
+    def real(p: str) -> str:
+        return os.path.realpath(p or ".")
+
+    bad = {real(str(p)) for p in (*writable, os.getcwd(), os.environ.get("HOME", "")) if p} - {os.sep}
+    sys.path[:] = [p for p in sys.path if p not in ("", ".") and not any(
+        real(p) == b or real(p).startswith(b + os.sep) for b in bad)]
+    sys.path_importer_cache.clear()
+
+
 def main() -> None:
     serve(json.loads(sys.stdin.read()))
 
@@ -55,6 +69,7 @@ def serve(request: dict, started: float | None = None) -> None:
     caller, or the result file a fork-server child was given)."""
     random.seed()  # a forked child must not share its fork server's random state
     workdir = Path(request["workdir"])
+    scrub_sys_path(workdir)
     out_fd = _redirect_output(workdir)
     nonce = request.pop("nonce")
     try:

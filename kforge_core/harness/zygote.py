@@ -70,6 +70,9 @@ def _child(msg: dict) -> None:
 
 
 def main() -> None:
+    from .child import scrub_sys_path
+
+    scrub_sys_path()  # its own directory too: sys.path is inherited by every child it forks (see child.serve)
     for name in _PRELOAD:
         try:
             __import__(name)
