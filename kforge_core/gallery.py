@@ -7,7 +7,8 @@ globals read at call time, so a *size class* is chosen by overriding globals:
 * ``"cpu"`` - the file's ``CPU_SIZES`` dict (reference forward in roughly 5-50 ms on a small CPU).
 
 Listing is static (``ast``; nothing is imported or executed, torch is not needed). ``load_module``
-executes the file. This module depends on nothing else in ``kforge_core``.
+executes the file. This module depends on nothing else in ``kforge_core``; the evaluation harness reads
+``CPU_SIZES`` through ``declared_cpu_sizes`` here.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ __all__ = [
     "list_problems",
     "get_problem",
     "size_overrides",
+    "declared_cpu_sizes",
     "load_module",
 ]
 
@@ -236,17 +238,30 @@ def size_overrides(module_globals_or_path: Source, size_class: str) -> dict[str,
     src = module_globals_or_path
     where: str
     if isinstance(src, types.ModuleType):
-        sizes, where = getattr(src, CPU_SIZES_NAME, None), getattr(src, "__file__", src.__name__)
+        sizes, where = declared_cpu_sizes(src), getattr(src, "__file__", src.__name__)
     elif isinstance(src, Mapping):
-        sizes, where = src.get(CPU_SIZES_NAME), str(src.get("__file__", "<globals>"))
+        sizes, where = declared_cpu_sizes(src), str(src.get("__file__", "<globals>"))
     else:
         path = _resolve_path(src)
         sizes, where = _static_cpu_sizes(path), str(path)
+    # Stricter than the evaluation harness, which takes a missing CPU_SIZES as "no overrides": a gallery problem
+    # must declare its 'cpu' size class.
     if sizes is None:
         raise ValueError(f"{where}: no {CPU_SIZES_NAME} dict, so there is no 'cpu' size class")
     if not isinstance(sizes, Mapping) or not all(isinstance(k, str) for k in sizes):
         raise ValueError(f"{where}: {CPU_SIZES_NAME} must be a dict of global name -> value")
     return dict(sizes)
+
+
+def declared_cpu_sizes(module_or_globals: Union[types.ModuleType, Mapping[str, Any]]) -> Any:
+    """The ``CPU_SIZES`` a loaded problem (a module, or its globals) declares, unchecked; None when it has none.
+
+    The one reading of it: ``size_overrides`` here checks it on top, and the evaluation harness
+    (``kforge_core.harness.loading.size_overrides``) applies it as it is.
+    """
+    if isinstance(module_or_globals, Mapping):
+        return module_or_globals.get(CPU_SIZES_NAME)
+    return getattr(module_or_globals, CPU_SIZES_NAME, None)
 
 
 def load_module(path: Union[PathLike, GalleryProblem], size_class: str = "gpu") -> types.ModuleType:

@@ -13,6 +13,10 @@ Where things live:
     loop_config.py   RunConfig (documented fields, units in names; `to_record()` drops secrets)
     loop_events.py   the typed events and their stored payloads (the contract the UI renders)
     loop_engine.py   Synthesis: the functional and optimization passes as one generator of events
+    loop_candidates.py  a step's agent calls and the judging of its candidates (Synthesis' other half)
+    loop_streaming.py   agent calls in threads, their streamed tokens as events
+    loop_feedback.py    what the agents are told about earlier attempts
+    loop_types.py    Attempt, LoopState, Next, Cancelled and the loop's constants
     loop_state.py    a run as the store holds it: the state to resume from, the summary the CLI prints
     loop_runs.py     create / execute / resume / cancel / launch_worker; the recorder and the heartbeat
     worker.py        `python -m kforge_core.worker`, the detached process
@@ -20,7 +24,7 @@ Where things live:
 """
 
 from .loop_config import RunConfig
-from .loop_engine import CANCELLED_ITERATION_STATUS, Attempt, Cancelled, LoopState, Next, Synthesis
+from .loop_engine import Synthesis
 from .loop_events import (ALL_EVENTS, BestUpdated, CompileLog, Diff, ErrorReported, IterationFinished,
                           IterationStarted, LoopEvent, PassStarted, ProfileReady, ProgramExtracted, ProgramMissing,
                           PromptSent, RecommendationsReady, RunFinished, Timings, Tokens, UsageRecorded,
@@ -28,6 +32,7 @@ from .loop_events import (ALL_EVENTS, BestUpdated, CompileLog, Diff, ErrorReport
 from .loop_runs import (StoreRecorder, cancel_run, config_for_worker, create_run, execute_run, launch_worker,
                         resume_run)
 from .loop_state import restore_state, summarize_run
+from .loop_types import CANCELLED_ITERATION_STATUS, Attempt, Cancelled, LoopState, Next
 
 __all__ = [
     "RunConfig", "create_run", "execute_run", "launch_worker", "resume_run", "cancel_run", "summarize_run",

@@ -1,10 +1,11 @@
 """Runs in the store: create one, execute it here (CLI) or in a detached worker (app), resume it, cancel it.
 
 `execute_run` drives `Synthesis.events()` and writes every event to the store through `StoreRecorder` (store-owned
-kinds through their RunStore methods, streamed tokens batched by the store's TokenBuffer). A heartbeat thread with
-its own connection proves the process alive every few seconds and polls the cancel flag, so a cancel requested
-from the app or `runs cancel` reaches the loop at its next check point (between steps, or the next streamed token;
-an evaluation in progress runs to its end, bounded by `eval_timeout_s`).
+kinds through their RunStore methods, streamed tokens batched by the store's TokenBuffer, and written by a timer
+thread when the model goes silent). A heartbeat thread with its own connection proves the process alive every few
+seconds and polls the cancel flag, so a cancel requested from the app or `runs cancel` reaches the loop at its next
+check point (between steps, or the next streamed token; an evaluation in progress runs to its end, bounded by
+`eval_timeout_s`).
 
 Whatever stops the run -- the loop's own end, a cancel, Ctrl-C, an endpoint refusal, a bug -- the record is left
 consistent: every started iteration finished with a status, the run finished as succeeded / failed / cancelled.
@@ -27,12 +28,15 @@ from typing import Any
 
 from .errors import KForgeError
 from .loop_config import RunConfig
-from .loop_engine import CANCELLED_ITERATION_STATUS, STOPPED, Synthesis
+from .loop_engine import Synthesis
 from .loop_events import LoopEvent
+from .loop_types import CANCELLED_ITERATION_STATUS, STOPPED
 from .platform import REPO_ROOT
 from .store import RunStore, TokenBuffer, open_store, resolve_db_path
 
 HEARTBEAT_S = 5.0  # well inside mark_interrupted_runs' default 60 s staleness
+TOKEN_MAX_CHARS = 1024  # streamed text is written as one `tokens` event per this many characters at the most,
+TOKEN_FLUSH_S = 0.25  # or once its oldest character has waited this long (also while the model is silent)
 CANCEL_POLL_S = 0.5
 ENV_API_KEY = "OPENAI_API_KEY"
 ENV_RUN_BASE_URL = "KFORGE_RUN_BASE_URL"  # the unredacted base URL, for a worker (the store keeps it redacted)
@@ -86,7 +90,7 @@ def execute_run(db_path: str | os.PathLike | None, run_id: str, config: RunConfi
                 recorder.abort("failed", f"internal error: {type(e).__name__}: {e}", "internal error")
                 raise
             finally:
-                recorder.flush_tokens()
+                recorder.close()
         return store.get_run(run_id)["status"]
 
 
@@ -152,13 +156,25 @@ def config_for_worker(run: dict[str, Any], env: dict[str, str] | None = None) ->
 
 
 class StoreRecorder:
-    """Writes loop events to the store: one method per store-owned kind, `append_event` for the rest."""
+    """Writes loop events to the store: one method per store-owned kind, `append_event` for the rest.
 
-    def __init__(self, store: RunStore, run_id: str):
+    Streamed text is batched per (iteration, agent). The loop's thread hands over an event only when one arrives,
+    so text a model sent just before going silent would wait for the silence to end; a flusher thread (started at
+    the first token, with its own store connection) writes text that has waited `token_flush_s`. A lock keeps the
+    two threads off the buffers at the same time; once the run is finished or the recorder closed, the flusher
+    writes nothing more. Call `close()` when done with the recorder.
+    """
+
+    def __init__(self, store: RunStore, run_id: str, *, token_flush_s: float = TOKEN_FLUSH_S):
         self.store, self.run_id = store, run_id
         self.open_iterations: set[int] = set()
         self.run_finished = False
+        self.token_flush_s = token_flush_s
         self._tokens: dict[tuple[int | None, str], TokenBuffer] = {}
+        self._tokens_lock = threading.Lock()  # the buffers, and the flusher's permission to write
+        self._flusher_stop = threading.Event()  # set (under the lock) when the flusher may no longer write
+        self._flusher: threading.Thread | None = None
+        self._appender = _ThreadStores(store)
         self._writers: dict[str, Callable[[Any], None]] = {
             "iteration_started": self._iteration_started, "iteration_finished": self._iteration_finished,
             "best_updated": self._best_updated, "usage": self._usage, "run_finished": self._run_finished,
@@ -175,13 +191,55 @@ class StoreRecorder:
 
     def _token(self, event) -> None:
         key = (event.iteration, event.agent)
-        if key not in self._tokens:
-            self._tokens[key] = self.store.token_buffer(self.run_id, event.iteration, {"agent": event.agent})
-        self._tokens[key].write(event.text)
+        with self._tokens_lock:
+            if key not in self._tokens:
+                self._tokens[key] = TokenBuffer(self._appender, self.run_id, event.iteration, {"agent": event.agent},
+                                                TOKEN_MAX_CHARS, self.token_flush_s, time.monotonic)
+                self._start_flusher()
+            self._tokens[key].write(event.text)
 
     def flush_tokens(self) -> None:
-        for buffer in self._tokens.values():
-            buffer.flush()
+        with self._tokens_lock:
+            for buffer in self._tokens.values():
+                buffer.flush()
+
+    def close(self) -> None:
+        """Write the buffered text (unless the run is finished) and stop the flusher."""
+        try:
+            if not self.run_finished:
+                self.flush_tokens()
+        finally:
+            self._stop_flusher()
+
+    def _start_flusher(self) -> None:  # caller holds _tokens_lock
+        if self._flusher is None and not self._flusher_stop.is_set():
+            self._flusher = threading.Thread(target=self._flush_waiting_tokens, daemon=True,
+                                             name=f"kforge-tokens-{self.run_id}")
+            self._flusher.start()
+
+    def _stop_flusher(self) -> None:
+        with self._tokens_lock:  # not while the flusher writes; once set, it writes nothing more
+            self._flusher_stop.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=10)
+
+    def _flush_waiting_tokens(self) -> None:
+        """The flusher thread: every `token_flush_s`, write the text that has waited that long."""
+        try:
+            store = open_store(self.store.path)
+        except (sqlite3.Error, KForgeError, OSError):
+            return  # no flusher: the loop's thread still writes the text at its next event
+        with store:
+            self._appender.use(store)
+            while not self._flusher_stop.wait(self.token_flush_s):
+                with self._tokens_lock:
+                    if self._flusher_stop.is_set():
+                        return
+                    for buffer in self._tokens.values():
+                        try:
+                            buffer.write("")  # no new text: flushes what has waited max_interval_s
+                        except (sqlite3.Error, KForgeError):
+                            pass  # a busy database: the text stays buffered for the next tick
 
     def _iteration_started(self, event) -> None:
         self.store.start_iteration(self.run_id, event.iteration, event.pass_name)
@@ -210,6 +268,7 @@ class StoreRecorder:
         self.store.add_usage(self.run_id, event.prompt_tokens, event.completion_tokens, event.iteration, extra)
 
     def _run_finished(self, event) -> None:
+        self._stop_flusher()  # record() has written the text; nothing is written after the run's end
         self.store.finish_run(self.run_id, event.status, event.error)
         self.run_finished = True
 
@@ -219,6 +278,7 @@ class StoreRecorder:
             self.flush_tokens()
         except (KForgeError, sqlite3.Error):
             pass  # the text is lost, the record's consistency is what matters now
+        self._stop_flusher()
         for index in sorted(self.open_iterations):
             self.store.finish_iteration(self.run_id, index, CANCELLED_ITERATION_STATUS,
                                         reason=f"{STOPPED} ({why})")
@@ -227,6 +287,21 @@ class StoreRecorder:
                                                                                     "interrupted"):
             self.store.finish_run(self.run_id, status, error)
             self.run_finished = True
+
+
+class _ThreadStores:
+    """What the recorder's TokenBuffers append through: the store connection of the thread that flushes (the
+    loop's, or the flusher's own, set with `use`), since a connection refuses use from another thread."""
+
+    def __init__(self, default: RunStore):
+        self._default = default
+        self._local = threading.local()
+
+    def use(self, store: RunStore) -> None:
+        self._local.store = store
+
+    def append_event(self, *args: Any, **kwargs: Any) -> int:
+        return getattr(self._local, "store", self._default).append_event(*args, **kwargs)
 
 
 class _Heartbeat:

@@ -13,8 +13,8 @@ from typing import Any
 
 from .agents.base import Recommendation
 from .loop_config import RunConfig
-from .loop_engine import (ENDPOINT_FAILED, FUNCTIONAL, OPTIMIZATION, STOPPED, Attempt, LoopState, _faster,
-                          _history_entry)
+from .loop_feedback import history_entry
+from .loop_types import ENDPOINT_FAILED, FUNCTIONAL, OPTIMIZATION, STOPPED, Attempt, LoopState, is_faster
 from .store import RunStore
 from .verdict import Verdict
 
@@ -55,8 +55,8 @@ def restore_state(store: RunStore, run_id: str, config: RunConfig) -> LoopState:
         best_so_far: Attempt | None = None
         for a in finished:  # replay "best before each attempt" for the analysis history
             if a.pass_name == OPTIMIZATION and not a.endpoint_failure and best_so_far is not None:
-                state.history.append(_history_entry(a, best_so_far))
-            if a.correct and _faster(a, best_so_far):
+                state.history.append(history_entry(a, best_so_far))
+            if a.correct and is_faster(a, best_so_far):
                 best_so_far = a
     state.tokens_used = int(run["tokens_prompt"] or 0) + int(run["tokens_completion"] or 0)
     events = store.events(run_id)

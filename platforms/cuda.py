@@ -20,7 +20,8 @@ from __future__ import annotations
 from kforge_core.platform import Availability
 
 from ._cuda_common import GpuPlatform, cuda_problem, gpu_summary
-from ._cuda_nvrtc import compile_module, nvrtc_candidates, nvrtc_on_disk
+from ._cuda_locate import nvrtc_candidates, nvrtc_on_disk
+from ._cuda_nvrtc import compile_module
 
 
 def compile_cuda(source: str, *, options=(), arch: str | None = None, device=None):
@@ -77,7 +78,7 @@ class CudaPlatform(GpuPlatform):
 
         inline_cache.install()
         if not cuda_problem():
-            from ._cuda_nvrtc import NvrtcNotFound, api
+            from ._cuda_binding import NvrtcNotFound, api
 
             try:
                 api()  # dlopen + symbol lookup now, trusted, outside the candidate's build time

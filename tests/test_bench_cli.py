@@ -4,7 +4,6 @@ evaluator on the CPU target, a KernelBench-layout directory, and an interruption
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,17 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_env import cli_env
 from tests.fakes.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures_loop"
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    values = {k: v for k, v in os.environ.items()
-              if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "KFORGE_MODEL", "KFORGE_ANALYSIS_MODEL", "KFORGE_DB")}
-    values.update(KFORGE_SETTINGS=str(tmp_path / "no-settings.toml"), PYTHONPATH=str(REPO))
-    return values
 
 
 def _suite(root: Path, n_level1: int = 2) -> Path:
@@ -57,7 +50,7 @@ def test_bench_kernelbench_directory_writes_reports(server, tmp_path):
     suite = _suite(tmp_path / "KernelBench", n_level1=1)
     out = tmp_path / "out"
     done = subprocess.run(_bench(server, tmp_path / "runs.db", out, suite, "--json"), capture_output=True,
-                          text=True, env=_env(tmp_path), cwd=REPO, timeout=600)
+                          text=True, env=cli_env(tmp_path), cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["problems"] == 2 and summary["correct"] == 2
@@ -71,14 +64,14 @@ def test_bench_kernelbench_directory_writes_reports(server, tmp_path):
     # the level filter
     out2 = tmp_path / "out2"
     done = subprocess.run(_bench(server, tmp_path / "runs.db", out2, suite, "--level", "2", "--json"),
-                          capture_output=True, text=True, env=_env(tmp_path), cwd=REPO, timeout=600)
+                          capture_output=True, text=True, env=cli_env(tmp_path), cwd=REPO, timeout=600)
     assert json.loads(done.stdout)["problems"] == 1
 
 
 def test_bench_resumes_after_interruption(server, tmp_path):
     suite = _suite(tmp_path / "kb", n_level1=2)
     out, db = tmp_path / "out", tmp_path / "runs.db"
-    proc = subprocess.Popen(_bench(server, db, out, suite), env=_env(tmp_path), cwd=REPO,
+    proc = subprocess.Popen(_bench(server, db, out, suite), env=cli_env(tmp_path), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     progress = out / "progress.jsonl"
     deadline = time.monotonic() + 300
@@ -94,7 +87,7 @@ def test_bench_resumes_after_interruption(server, tmp_path):
     calls_before = len(server.chat_requests)
 
     done = subprocess.run(_bench(server, db, out, suite, "--json"), capture_output=True, text=True,
-                          env=_env(tmp_path), cwd=REPO, timeout=600)
+                          env=cli_env(tmp_path), cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "resuming" in done.stderr
     records = json.loads((out / "results.json").read_text())["problems"]

@@ -5,7 +5,6 @@ program — labelled with its target — into the generation prompt, and the run
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,18 +12,12 @@ from pathlib import Path
 import pytest
 
 from kforge_core.store import open_store
+from tests.cli_env import cli_env
 from tests.fakes.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures_loop"
 CUDA_PROGRAM = REPO / "platforms" / "examples" / "cuda" / "candidate.py"
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    values = {k: v for k, v in os.environ.items()
-              if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "KFORGE_MODEL", "KFORGE_ANALYSIS_MODEL", "KFORGE_DB")}
-    values.update(KFORGE_SETTINGS=str(tmp_path / "no-settings.toml"), PYTHONPATH=str(REPO))
-    return values
 
 
 @pytest.fixture
@@ -39,7 +32,7 @@ def _synthesize(server, tmp_path, db, *extra):
         [sys.executable, "-m", "kforge_core", "synthesize", "--problem", str(FIXTURES / "problem_relu.py"),
          "--target", "cpu", "--base-url", server.base_url, "--model", "gen-model", "--no-baselines",
          "--max-functional-iters", "1", "--max-optimization-iters", "0", "--db", str(db), "--json", *extra],
-        capture_output=True, text=True, env=_env(tmp_path), cwd=REPO, timeout=300)
+        capture_output=True, text=True, env=cli_env(tmp_path), cwd=REPO, timeout=300)
 
 
 def _first_generation_prompt(server) -> str:

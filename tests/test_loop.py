@@ -273,6 +273,38 @@ def test_cancel_while_the_model_streams_leaves_a_consistent_record(db, server):
     assert_consistent(summary, events)
 
 
+def test_text_streamed_before_the_model_goes_silent_is_stored_during_the_silence(db, server):
+    """The recorder writes buffered text once it has waited, not only when more text (or another event) comes."""
+    reply = program("correct_fast.py")
+    server.enqueue_for("gen-model", stall(reply, after_chunks=3, seconds=300.0))
+    # a read timeout longer than the wait below, so the silence cannot end before the text has to be seen
+    config = make_config(server, llm_options={"timeout_s": 120.0, "max_retries": 0})
+    sent = reply[:3 * 4]  # three chunks of the fake server's four characters each
+    with open_store(db) as store:
+        run_id = create_run(store, config)
+    outcome: list = []
+    runner = threading.Thread(target=lambda: outcome.append(execute_run(db, run_id, config)), daemon=True)
+    runner.start()
+    try:
+        with open_store(db) as store:
+            def streamed() -> str:
+                return "".join(e["data"]["text"] for e in of_kind(store.events(run_id), "tokens"))
+
+            wait_for(lambda: streamed() == sent, timeout_s=60, what="the text sent before the silence")
+            events = store.events(run_id)
+            # still inside the silence: the call has neither failed nor been retried, the iteration is open
+            assert not of_kind(events, "iteration_finished") and not of_kind(events, "error")
+            assert len(server.chat_requests) == 1 and store.get_run(run_id)["status"] == "running"
+    finally:
+        cancel_run(db, run_id)
+        runner.join(timeout=120)
+    assert outcome == ["cancelled"]
+    with open_store(db) as store:
+        events = store.events(run_id)
+    assert events[-1]["kind"] == "run_finished"  # nothing was written after the run's end
+    assert "".join(e["data"]["text"] for e in of_kind(events, "tokens")) == sent
+
+
 # ------------------------------------------------------------------------------------------------ loop logic
 # A scripted evaluator: the loop's decisions (best, patience, budgets, best-of-k) do not depend on how a verdict
 # was produced, and real evaluations would only add seconds.

@@ -4,7 +4,6 @@ server, with the real evaluator on the CPU target."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -18,6 +17,7 @@ from kforge_core.cli import build_parser
 from kforge_core.cli.synthesize_cmd import NO_ENDPOINT_NOTE
 from kforge_core.loop import CANCELLED_ITERATION_STATUS
 from kforge_core.store import open_store
+from tests.cli_env import cli_env
 from tests.fakes.openai_server import FakeOpenAIServer, stall
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,10 +34,7 @@ def server():
 @pytest.fixture
 def env(tmp_path) -> dict[str, str]:
     """The CLI's environment: no endpoint, key or model but what a test passes; settings file absent."""
-    values = {k: v for k, v in os.environ.items()
-              if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "KFORGE_MODEL", "KFORGE_ANALYSIS_MODEL", "KFORGE_DB")}
-    values.update(KFORGE_SETTINGS=str(tmp_path / "no-settings.toml"), PYTHONPATH=str(REPO))
-    return values
+    return cli_env(tmp_path)
 
 
 def cli(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -9,6 +9,8 @@ from types import ModuleType
 
 import torch
 
+from ..gallery import declared_cpu_sizes
+
 
 class CandidateShapeError(Exception):
     """The candidate module lacks ModelNew (or NewModel), or it is not an nn.Module."""
@@ -23,9 +25,10 @@ def import_file(path: Path, module_name: str) -> ModuleType:
 
 
 def size_overrides(module: ModuleType, size_class: str | None) -> dict:
-    """Gallery problems carry `CPU_SIZES = {global: value}`; the CPU size class applies them."""
+    """Gallery problems carry `CPU_SIZES = {global: value}`; the CPU size class applies them (read as the gallery
+    reads them; a problem without CPU_SIZES has no overrides here, where `gallery.size_overrides` refuses it)."""
     if size_class == "cpu":
-        return dict(getattr(module, "CPU_SIZES", {}) or {})
+        return dict(declared_cpu_sizes(module) or {})
     return {}
 
 

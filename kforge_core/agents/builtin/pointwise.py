@@ -1,0 +1,123 @@
+"""Lowering elementwise operators (activations, arithmetic, comparisons, clamps, where, lerp, addcmul) to `Prim`s.
+
+Operators with extra parameters become several primitives (hardtanh: clamp_min then clamp_max; add with alpha:
+a scaling mul then the add); the intermediate values get synthetic names.
+"""
+
+from __future__ import annotations
+
+from .args import Arg
+from .ir import KERNEL_DTYPES, Prim, Unsupported, Value
+from .operators import COMPARE, UNARY
+
+
+class PointwiseLowering:
+    """Mixed into `Lowerer`: uses its `values`, `items`, `counted`, `syn` and `operand`."""
+
+    def _pointwise(self, n: dict, cname: str, b: dict) -> None:
+        name = n["name"]
+        out = self.values[name]
+        if out.dtype not in KERNEL_DTYPES:
+            raise Unsupported(f"output dtype {out.dtype}")
+        prims = self._pw_prims(name, cname, b, out)
+        for p in prims:
+            p.origin = name
+            p.label = p.label or cname
+            self.items.append(p)
+        self.counted[name] = "kernel"
+
+    def _pw_prims(self, name: str, cname: str, b: dict, out: Value) -> list[Prim]:
+        shape = out.shape
+        want_bool = cname in COMPARE
+        if (out.dtype == "bool") != want_bool:
+            raise Unsupported(f"{cname} producing {out.dtype}")
+        dt = out.dtype
+
+        def P(fn, ops, nm=None, **attrs):
+            return Prim(nm or name, fn, ops, shape, dt, name, attrs)
+
+        x = b.get("input")
+        if cname == "identity":
+            raise Unsupported("identity")
+        if cname in UNARY:
+            return [P(cname, [self.operand(x)])]
+        if cname == "gelu":
+            approx = b.get("approximate", "none")
+            if approx not in ("none", "tanh"):
+                raise Unsupported(f"gelu approximate={approx!r}")
+            return [P("gelu_tanh" if approx == "tanh" else "gelu", [self.operand(x)])]
+        if cname in ("leaky_relu",):
+            return [P("leaky_relu", [self.operand(x)], slope=float(Arg.const(b.get("negative_slope", 0.01))))]
+        if cname in ("elu", "celu"):
+            return [P(cname, [self.operand(x)], alpha=float(Arg.const(b.get("alpha", 1.0))))]
+        if cname == "softplus":
+            return [P("softplus", [self.operand(x)], beta=float(Arg.const(b.get("beta", 1.0))),
+                      threshold=float(Arg.const(b.get("threshold", 20.0))))]
+        if cname == "threshold":
+            return [P("threshold", [self.operand(x)], threshold=float(Arg.const(b["threshold"])),
+                      value=float(Arg.const(b["value"])))]
+        if cname == "hardtanh":
+            lo, hi = Arg.const(b.get("min_val", -1.0)), Arg.const(b.get("max_val", 1.0))
+            t = self.syn(name + "_lo")
+            self.values[t] = out
+            return [P("clamp_min", [self.operand(x), ("c", lo)], nm=t), P("clamp_max", [("v", t), ("c", hi)])]
+        if cname in ("clamp", "clamp_min", "clamp_max"):
+            lo = b.get("min") if cname != "clamp_max" else None
+            hi = b.get("max") if cname != "clamp_min" else None
+            lo = None if lo is None or lo == {"n": None} else lo
+            hi = None if hi is None or hi == {"n": None} else hi
+            if lo is None and hi is None:
+                raise Unsupported("clamp without bounds")
+            if lo is not None and hi is not None:
+                t = self.syn(name + "_lo")
+                self.values[t] = out
+                return [P("clamp_min", [self.operand(x), self.operand(lo)], nm=t),
+                        P("clamp_max", [("v", t), self.operand(hi)])]
+            if lo is not None:
+                return [P("clamp_min", [self.operand(x), self.operand(lo)])]
+            return [P("clamp_max", [self.operand(x), self.operand(hi)])]
+        if cname in ("add", "sub", "rsub"):
+            a, o = self.operand(x), self.operand(b.get("other"))
+            alpha = Arg.const(b.get("alpha", 1)) if b.get("alpha") is not None else 1
+            if alpha != 1:
+                t = self.syn(name + "_alpha")
+                self.values[t] = out
+                scaled = P("mul", [o if cname != "rsub" else a, ("c", alpha)], nm=t)
+                if cname == "rsub":
+                    return [scaled, P("sub", [o, ("v", t)])]
+                return [scaled, P(cname, [a, ("v", t)])]
+            if cname == "rsub":
+                return [P("sub", [o, a])]
+            return [P(cname, [a, o])]
+        if cname == "div":
+            if b.get("rounding_mode") not in (None,):
+                raise Unsupported(f"div rounding_mode={b.get('rounding_mode')!r}")
+            return [P("div", [self.operand(x), self.operand(b.get("other"))])]
+        if cname in ("mul", "maximum", "minimum") or cname in COMPARE:
+            if cname == "logical_not":
+                return [P(cname, [self.operand(x)])]
+            return [P(cname, [self.operand(x), self.operand(b.get("other"))])]
+        if cname in ("pow", "float_power"):
+            if cname == "float_power":
+                raise Unsupported("float_power computes in float64")
+            base, ex = self.operand(x), self.operand(b.get("exponent"))
+            return [P("pow", [base, ex])]
+        if cname == "where":
+            cond = self.operand(b.get("condition"))
+            if cond[0] == "v" and self.values[cond[1]].kind == "t" and self.values[cond[1]].dtype != "bool":
+                raise Unsupported("where with a non-bool condition")
+            return [P("where", [cond, self.operand(x), self.operand(b.get("other"))])]
+        if cname == "lerp":
+            return [P("lerp", [self.operand(x), self.operand(b.get("end")), self.operand(b.get("weight"))])]
+        if cname == "addcmul":
+            t = self.syn(name + "_prod")
+            self.values[t] = out
+            v = Arg.const(b.get("value", 1))
+            ops = [P("mul", [self.operand(b["tensor1"]), self.operand(b["tensor2"])], nm=t)]
+            if v != 1:
+                t2 = self.syn(name + "_scaled")
+                self.values[t2] = out
+                ops.append(P("mul", [("v", t), ("c", v)], nm=t2))
+                t = t2
+            return ops + [P("add", [self.operand(x), ("v", t)])]
+        raise Unsupported(f"no kernel template for {cname}")
