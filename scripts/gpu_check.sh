@@ -2,7 +2,8 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|bench] [bench args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   bash scripts/gpu_check.sh [all|probe|tests|bench|builtin] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   builtin: bench/builtin_gallery.py on CUDA, resumable (copy a returned builtin_cuda.json into $OUT to go on)
 #
 # Never changes GPU settings (clocks, power, MIG); ncu runs with --clock-control none.
 set -uo pipefail
@@ -72,12 +73,19 @@ bench() {
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
+builtin() {  # the built-in synthesizer over the gallery on CUDA (resumable: rows accumulate in $OUT)
+  echo "== built-in synthesizer, CUDA"
+  "$PY" bench/builtin_gallery.py --target cuda --json "$OUT/builtin_cuda.json" --resume "$@" 2>&1 | tee "$OUT/builtin.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+}
+
 case "$MODE" in
   probe) probe ;;
   tests) probe; tests; inline_report ;;
   bench) bench "$@" ;;
+  builtin) probe; builtin "$@" ;;
   all) probe; tests; inline_report; bench "$@" ;;
-  *) echo "usage: $0 [all|probe|tests|bench] [bench args]"; exit 2 ;;
+  *) echo "usage: $0 [all|probe|tests|bench|builtin] [bench args]"; exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1
 [ -f "$OUT/time_to_verdict_gpu.md" ] && cat "$OUT/time_to_verdict_gpu.md"

@@ -585,3 +585,22 @@ def test_gpu_candidates_are_well_formed(agent, target):
                 assert {k["name"] for k in marker["kernels"]} <= set(parse_kernels(src))
             else:
                 assert "@triton.jit" in res.program
+
+
+def test_cuda_moves_shape_the_kernels(agent):
+    """The CUDA moves measured on an H200 stay in the written programs: 2-D blocks for elementwise kernels (short
+    rows share a block), block-per-row kernels with a launch bound, double sums, and under `block_shape` a register
+    cache that reads a multi-pass row from memory once."""
+    gpu_agent = BuiltinGenerationAgent(size_class="cpu")
+    gpu_agent._traces = agent._traces
+    full = Schedule(fuse=True, parallel=True, vectorize=True, block=True, unroll=True, warp_reduce=True)
+    norms = gpu_agent.synthesize(NORMS, "cuda", full, "p").program
+    assert "__launch_bounds__(1024)" in norms and "kf_block_sum_d(" in norms
+    assert re.search(r"float4 C\d+\[(4|8)\];", norms), "block_shape must cache the row in registers"
+    assert "#define KF_FAST_MATH 1" in norms  # vectorize takes the fast exp
+    no_block = gpu_agent.synthesize(NORMS, "cuda", Schedule(fuse=True, parallel=True, vectorize=True), "p").program
+    assert not re.search(r"float4 C\d+\[", no_block)
+    plain = gpu_agent.synthesize(SOFTMAX_CHAIN, "cuda", Schedule(fuse=True), "p").program
+    assert "KF_FAST_MATH" not in plain.split('SOURCE = r"""')[1].split("#ifdef")[0]
+    elementwise = gpu_agent.synthesize(LINEAR_GELU, "cuda", full, "p").program
+    assert "block=(tx, ty)" in elementwise and "threadIdx.y" in elementwise

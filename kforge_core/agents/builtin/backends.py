@@ -55,15 +55,15 @@ def select_backend(target: Target) -> Backend | None:
     if "compile_cpp" in api:
         return CppCtypesBackend()
     try:
-        from . import codegen_gpu
+        from . import codegen_cuda, codegen_metal, codegen_triton
     except ImportError:  # pragma: no cover - the GPU writers are optional
         return None
     if "compile_metal" in api:
-        return codegen_gpu.MetalBackend()
+        return codegen_metal.MetalBackend()
     if target.kernel_language == "python" or "triton" in target.formats or "triton" in api:
-        return codegen_gpu.TritonBackend()
+        return codegen_triton.TritonBackend()
     if "compile_cuda" in api or "load_inline" in target.formats or target.kernel_language == "cuda":
-        return codegen_gpu.CudaBackend()
+        return codegen_cuda.CudaBackend()
     return None
 
 

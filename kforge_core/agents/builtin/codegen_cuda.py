@@ -1,0 +1,401 @@
+"""CUDA C++ candidate writer, compiled through NVRTC (`platforms.cuda.compile_cuda`).
+
+Same kernel plans as the CPU writer (row space, element- and row-level values, reduction passes); the schedule
+knobs mean: elementwise kernels run (row, chunk) tasks over a grid-stride loop of thread blocks. Row kernels start
+with one thread per row; `parallelize_rows` gives each row a thread block (block-wide reductions through shared
+memory); `warp_reduce` reduces with warp shuffles first; `vectorize` uses float4 loads/stores on rows whose
+pointers are 16-byte aligned and whose length is a multiple of 4; `block_shape` gives elementwise threads 8
+float4s per task and row kernels up to 1024 threads plus a register cache of the row (read from memory once,
+however many passes; up to 16 elements a thread, 32 with one cached operand); `unroll` adds
+`#pragma unroll 4`. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row per
+y), row kernels get about 16 elements a thread, so neither leaves most of a block idle.
+
+`CudaEmitter` (the C-like statement writer) and `IDENT` are shared with the Metal writer.
+"""
+
+from __future__ import annotations
+
+from . import emit
+from .backends import Backend
+from .codegen_cpu import signature as cpu_signature
+from .cuda_prelude import CUDA_PRELUDE
+from .exprs import flit, node_expr, row_program
+from .fusion import KernelPlan
+from .schedule import Schedule
+
+_OPS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
+IDENT = {"sum": "0.0f", "mean": "0.0f", "max": "-INFINITY", "min": "INFINITY"}
+
+
+def cuda_threads(plan: KernelPlan, sched: Schedule) -> int:
+    """Threads per block: 256 for elementwise kernels (more work per thread keeps loads in flight), at most 1024 for
+    row kernels under `block_shape` (the run-time size is smaller for short rows)."""
+    return 1024 if (sched.block and plan.npasses) else 256
+
+
+def cuda_chunk(sched: Schedule) -> int:
+    return 8192 if sched.block else 1024
+
+
+ROW_CACHE_K = 4  # float4s per thread per operand in the register row cache (16 elements)
+ROW_CACHE_K_ONE = 8  # with a single cached operand: 32 elements a thread, rows up to 32768 in a 1024-thread block
+
+
+def _cache_k(cached: list[int]) -> int:
+    return ROW_CACHE_K_ONE if len(cached) == 1 else ROW_CACHE_K
+
+
+def _cuda_signature(plan: KernelPlan) -> list[tuple[str, str]]:
+    out = []
+    for decl, role in cpu_signature(plan, Schedule()):
+        out.append((decl.replace("int64_t", "long long"), role))
+    return out
+
+
+class CudaEmitter:
+    def __init__(self, plan: KernelPlan, sched: Schedule):
+        self.plan, self.sched = plan, sched
+        self.by = {n.name: n for n in plan.nodes}
+        self.lines: list[str] = []
+        self.general = [s.index for s in plan.slots if s.kind == "tensor" and s.mode == "general"]
+
+    def w(self, depth, text):
+        self.lines.append("    " * depth + text)
+
+    @staticmethod
+    def var(name):
+        return "v_" + name.replace(".", "_")
+
+    def operand(self, o):
+        if o[0] == "slot":
+            s = self.plan.slots[o[1]]
+            return f"s{s.index}" if s.kind == "scalar" else (f"x{s.index}" if s.inner == 1 else f"r{s.index}")
+        if o[0] == "node":
+            return self.var(o[1])
+        if o[0] == "c":
+            return flit(o[1])
+        return "(float)cols" if not o[1] else f"((float)cols - {flit(o[1])})"
+
+    def row_setup(self, d):
+        plan = self.plan
+        for s in plan.slots:
+            if s.kind != "tensor":
+                continue
+            if s.mode == "rowmajor":
+                off = "r * cols" if s.inner == 1 else "r"
+            elif s.mode == "zero":
+                off = "0"
+            else:
+                gi = self.general.index(s.index)
+                off = f"kf_off(r, meta, meta + {plan.nl} + {gi * plan.nl}, {plan.nl})"
+            self.w(d, f"const {s.ctype}* p{s.index} = a{s.index} + {off};")
+            if s.inner == 0:
+                self.w(d, f"const {s.ctype} r{s.index} = p{s.index}[0];")
+        for j, o in enumerate(plan.outputs):
+            if o.level == "E":
+                self.w(d, f"{o.dtype}* q{j} = o{j} + r * cols;")
+
+    def row_nodes(self, d, names):
+        for name in names:
+            n = self.by[name]
+            self.w(d, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
+
+    def body(self, d, loop, acc_update: bool = True):
+        for si in loop.slots:
+            s = self.plan.slots[si]
+            self.w(d, f"const {s.ctype} x{si} = p{si}[c];")
+        for name in loop.compute:
+            n = self.by[name]
+            self.w(d, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
+        self.reduce(d, loop)
+        for j in loop.outputs:
+            self.w(d, f"q{j}[c] = {self.var(self.plan.outputs[j].node)};")
+
+    def reduce(self, d, loop):
+        for r in loop.reds:
+            n = self.by[r]
+            src = self.operand(n.operands[0])
+            op = n.red["op"]
+            if op in ("sum", "mean"):
+                self.w(d, f"acc_{r} += {src};")
+            elif op == "max":
+                self.w(d, f"acc_{r} = {src} > acc_{r} ? {src} : acc_{r};")
+            else:
+                self.w(d, f"acc_{r} = {src} < acc_{r} ? {src} : acc_{r};")
+
+    def vec4_ok(self, loop) -> str:
+        """Condition under which a loop may use float4 accesses: every row pointer it touches is 16-byte aligned."""
+        ptrs = [f"p{si}" for si in loop.slots if self.plan.slots[si].ctype == "float"]
+        ptrs += [f"q{j}" for j in loop.outputs if self.plan.outputs[j].dtype == "float"]
+        if any(self.plan.slots[si].ctype != "float" for si in loop.slots) or any(
+                self.plan.outputs[j].dtype != "float" for j in loop.outputs) or not ptrs:
+            return ""
+        conds = ["(cols & 3) == 0"] + [f"(((unsigned long long){p}) & 15) == 0" for p in ptrs]
+        return " && ".join(conds)
+
+
+def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
+    e = CudaEmitter(plan, sched)
+    params = ", ".join(d for d, _ in _cuda_signature(plan))
+    prog = row_program(plan, cache_rows=False)
+    unroll = "#pragma unroll 4" if sched.unroll else None
+    e.w(0, f"// {plan.label}")
+    # block-per-row kernels launch up to 1024 threads: the bound caps registers so such a launch always fits
+    bounds = "__launch_bounds__(1024) " if plan.npasses and (sched.parallel or sched.warp_reduce) else ""
+    e.w(0, f'extern "C" __global__ void {bounds}{plan.name}({params}) {{')
+    if plan.npasses == 0:
+        # tasks are (group of blockDim.y rows, chunk of columns); threadIdx.y picks the row, so short rows fill a block
+        e.w(1, f"const long long CH = {cuda_chunk(sched)};")
+        e.w(1, "const long long nch = (cols + CH - 1) / CH;")
+        e.w(1, "const long long ntask = ((rows + blockDim.y - 1) / blockDim.y) * nch;")
+        e.w(1, "for (long long t = blockIdx.x; t < ntask; t += gridDim.x) {")
+        e.w(2, "const long long rt = t / nch;")
+        e.w(2, "const long long r = rt * blockDim.y + threadIdx.y;")
+        e.w(2, "const long long c0 = (t - rt * nch) * CH;")
+        e.w(2, "const long long c1 = min(cols, c0 + CH);")
+        e.w(2, "if (r < rows) {")
+        e.row_setup(3)
+        e.row_nodes(3, prog.row_nodes_by_pass.get(0, []))
+        for loop in prog.loops:
+            _cuda_loop(e, 3, loop, "c0", "c1", unroll)
+        if any(o.level == "R" for o in plan.outputs):
+            e.w(3, "if (c0 == 0 && threadIdx.x == 0) {")
+            for j, o in enumerate(plan.outputs):
+                if o.level == "R":
+                    e.w(4, f"o{j}[r] = {e.var(o.node)};")
+            e.w(3, "}")
+        e.w(2, "}")
+        e.w(1, "}")
+    elif not (sched.parallel or sched.warp_reduce):
+        # one thread per row
+        e.w(1, "const long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;")
+        e.w(1, "if (r >= rows) return;")
+        e.row_setup(1)
+        e.row_nodes(1, prog.row_nodes_by_pass.get(0, []))
+        for loop in prog.loops:
+            if loop.kind == "pass":
+                for r in loop.reds:
+                    op = e.by[r].red["op"]
+                    # a sequential sum over a long row drifts past fp32 tolerance (32768 terms: ~1e-3); a double
+                    # accumulator keeps this plain version correct, the block reductions split the row instead
+                    acc_t = "double" if op in ("sum", "mean") else "float"
+                    e.w(1, f"{acc_t} acc_{r} = {IDENT[op]};")
+            if unroll:
+                e.w(1, unroll)
+            e.w(1, "for (long long c = 0; c < cols; ++c) {")
+            e.body(2, loop)
+            e.w(1, "}")
+            if loop.kind == "pass":
+                for r in loop.reds:
+                    div = " / (double)cols" if e.by[r].red["op"] == "mean" else ""
+                    e.w(1, f"const float {e.var(r)} = (float)(acc_{r}{div});")
+                e.row_nodes(1, prog.row_nodes_by_pass.get(loop.index, []))
+        for j, o in enumerate(plan.outputs):
+            if o.level == "R":
+                e.w(1, f"o{j}[r] = {e.var(o.node)};")
+    else:
+        # one thread block per row
+        # the warp path keeps one value per warp; the tree path one per thread
+        size = 32 if sched.warp_reduce else 1024
+        e.w(1, f"__shared__ float kf_sh[{size}];")
+        e.w(1, f"__shared__ double kf_shd[{size}];")
+        e.w(1, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {")
+        e.row_setup(2)
+        e.row_nodes(2, prog.row_nodes_by_pass.get(0, []))
+        cached = _row_cache_slots(e, prog) if sched.block else None
+        if cached:
+            k = _cache_k(cached)
+            conds = ["(cols & 3) == 0", f"cols <= {4 * k} * (long long)blockDim.x"]
+            conds += [f"(((unsigned long long)p{si}) & 15) == 0" for si in _row_slots(prog)]
+            conds += [f"(((unsigned long long)q{j}) & 15) == 0" for j in sorted({j for lp in prog.loops
+                                                                                 for j in lp.outputs})]
+            e.w(2, f"if ({' && '.join(conds)}) {{")
+            e.w(3, "// the row is read from memory once, into registers; every pass reads the registers")
+            for si in cached:
+                e.w(3, f"float4 C{si}[{k}];")
+            e.w(3, "#pragma unroll")
+            e.w(3, f"for (int k = 0; k < {k}; ++k) {{")
+            e.w(4, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
+            e.w(4, "if (c4 < cols / 4) {")
+            for si in cached:
+                e.w(5, f"C{si}[k] = reinterpret_cast<const float4*>(p{si})[c4];")
+            e.w(4, "}")
+            e.w(3, "}")
+            _row_passes(e, 3, prog, lambda d, loop: _cached_loop(e, d, loop, cached))
+            _row_outputs(e, 3)  # row values live inside each branch
+            e.w(2, "} else {")
+            _row_passes(e, 3, prog, lambda d, loop: _cuda_loop(e, d, loop, "0", "cols", unroll))
+            _row_outputs(e, 3)
+            e.w(2, "}")
+        else:
+            _row_passes(e, 2, prog, lambda d, loop: _cuda_loop(e, d, loop, "0", "cols", unroll))
+            _row_outputs(e, 2)
+        e.w(1, "}")
+    e.w(0, "}")
+    return "\n".join(e.lines) + "\n"
+
+
+def _row_passes(e: CudaEmitter, d: int, prog, loop_writer) -> None:
+    """The passes of a block-per-row kernel: per pass, thread-local accumulators, the loop, a block reduction.
+
+    Sums accumulate in double (per thread and across the block): a float sum of a 32768-element row can differ
+    from PyTorch's by more than the fp32 tolerance on some rows, a double one only by PyTorch's own rounding."""
+    warp = "true" if e.sched.warp_reduce else "false"
+    for loop in prog.loops:
+        if loop.kind == "pass":
+            for r in loop.reds:
+                op = e.by[r].red["op"]
+                if op in ("sum", "mean"):
+                    e.w(d, f"double acc_{r} = 0.0;")
+                else:
+                    e.w(d, f"float acc_{r} = {IDENT[op]};")
+            loop_writer(d, loop)
+            for r in loop.reds:
+                op = e.by[r].red["op"]
+                if op in ("sum", "mean"):
+                    div = " / (double)cols" if op == "mean" else ""
+                    e.w(d, f"const float {e.var(r)} = (float)(kf_block_sum_d(acc_{r}, kf_shd, {warp}){div});")
+                else:
+                    e.w(d, f"const float {e.var(r)} = kf_block_reduce(acc_{r}, {_OPS[op]}, kf_sh, {warp});")
+            e.row_nodes(d, prog.row_nodes_by_pass.get(loop.index, []))
+        else:
+            loop_writer(d, loop)
+
+
+def _row_outputs(e: CudaEmitter, d: int) -> None:
+    if any(o.level == "R" for o in e.plan.outputs):
+        e.w(d, "if (threadIdx.x == 0) {")
+        for j, o in enumerate(e.plan.outputs):
+            if o.level == "R":
+                e.w(d + 1, f"o{j}[r] = {e.var(o.node)};")
+        e.w(d, "}")
+
+
+def _row_cache_slots(e: CudaEmitter, prog) -> list[int] | None:
+    """Slots a row kernel reads along the row, if all are float and some are read in more than one loop (only then
+    does a cache save memory traffic); None when the register cache does not apply."""
+    reads: dict[int, int] = {}
+    for loop in prog.loops:
+        for si in loop.slots:
+            reads[si] = reads.get(si, 0) + 1
+    if not reads or max(reads.values()) < 2:
+        return None
+    if any(e.plan.slots[si].ctype != "float" for si in reads):
+        return None
+    if any(e.plan.outputs[j].dtype != "float" for lp in prog.loops for j in lp.outputs):
+        return None
+    return sorted(si for si, n in reads.items() if n >= 2)  # read once (a weight in the last pass): from memory
+
+
+def _row_slots(prog) -> list[int]:
+    return sorted({si for loop in prog.loops for si in loop.slots})
+
+
+def _cached_loop(e: CudaEmitter, d: int, loop, cached: list[int]) -> None:
+    """One pass over the row held in registers (C<slot>[k], k-th float4 of this thread)."""
+    e.w(d, "#pragma unroll")
+    e.w(d, f"for (int k = 0; k < {_cache_k(cached)}; ++k) {{")
+    e.w(d + 1, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
+    e.w(d + 1, "if (c4 < cols / 4) {")
+    for si in loop.slots:
+        src = f"C{si}[k]" if si in cached else f"reinterpret_cast<const float4*>(p{si})[c4]"
+        e.w(d + 2, f"const float4 X{si} = {src};")
+    for j in loop.outputs:
+        e.w(d + 2, f"float4 Y{j};")
+    for lane in "xyzw":
+        e.w(d + 2, "{")
+        for si in loop.slots:
+            e.w(d + 3, f"const float x{si} = X{si}.{lane};")
+        for name in loop.compute:
+            n = e.by[name]
+            e.w(d + 3, f"const {n.dtype} {e.var(name)} = {node_expr(n, e.operand)};")
+        e.reduce(d + 3, loop)
+        for j in loop.outputs:
+            e.w(d + 3, f"Y{j}.{lane} = {e.var(e.plan.outputs[j].node)};")
+        e.w(d + 2, "}")
+    for j in loop.outputs:
+        e.w(d + 2, f"reinterpret_cast<float4*>(q{j})[c4] = Y{j};")
+    e.w(d + 1, "}")
+    e.w(d, "}")
+
+
+def _cuda_loop(e: CudaEmitter, d: int, loop, lo: str, hi: str, unroll: str | None, vector: bool = True) -> None:
+    """A block-stride loop over [lo, hi); with `vectorize`, a float4 path when the row's pointers allow it.
+
+    Reduction passes take the float4 path too: one 4-byte load in flight per thread leaves a reduction at about
+    half of the measured bandwidth on an H200 (57 % for a row max), 16-byte loads keep enough bytes in flight."""
+    cond = e.vec4_ok(loop) if (vector and e.sched.vectorize) else ""
+    if cond:
+        e.w(d, f"if ({cond}) {{")
+        if unroll:
+            e.w(d + 1, unroll)
+        e.w(d + 1, f"for (long long c4 = {lo} / 4 + threadIdx.x; c4 < {hi} / 4; c4 += blockDim.x) {{")
+        for si in loop.slots:
+            e.w(d + 2, f"const float4 X{si} = reinterpret_cast<const float4*>(p{si})[c4];")
+        for j in loop.outputs:
+            e.w(d + 2, f"float4 Y{j};")
+        for lane in "xyzw":
+            e.w(d + 2, "{")
+            for si in loop.slots:
+                e.w(d + 3, f"const float x{si} = X{si}.{lane};")
+            for name in loop.compute:
+                n = e.by[name]
+                e.w(d + 3, f"const {n.dtype} {e.var(name)} = {node_expr(n, e.operand)};")
+            e.reduce(d + 3, loop)
+            for j in loop.outputs:
+                e.w(d + 3, f"Y{j}.{lane} = {e.var(e.plan.outputs[j].node)};")
+            e.w(d + 2, "}")
+        for j in loop.outputs:
+            e.w(d + 2, f"reinterpret_cast<float4*>(q{j})[c4] = Y{j};")
+        e.w(d + 1, "}")
+        e.w(d, "} else {")
+        d += 1
+    if unroll:
+        e.w(d, unroll)
+    e.w(d, f"for (long long c = {lo} + threadIdx.x; c < {hi}; c += blockDim.x) {{")
+    e.body(d + 1, loop)
+    e.w(d, "}")
+    if cond:
+        e.w(d - 1, "}")
+
+
+def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> list[str]:
+    lines, args = emit.prep_lines(plan, names)
+    call = []
+    for _, role in _cuda_signature(plan):
+        kind, _, idx = role.partition(":")
+        call.append(args[kind] if not idx else args[f"{kind}:{idx}"])
+    threads = cuda_threads(plan, sched)
+    if plan.npasses == 0:
+        # x: a power of two covering the row in float4s (at least a warp); y: rows sharing the block
+        lines.append(f"tx = min({threads}, max(32, 1 << max(0, (cols + 3) // 4 - 1).bit_length()))")
+        lines.append(f"ty = {threads} // tx")
+        lines.append(f"tasks = ((rows + ty - 1) // ty) * ((cols + {cuda_chunk(sched) - 1}) // {cuda_chunk(sched)})")
+        lines.append("grid = max(1, min(tasks, self.kf_sms * 16))")
+        block = "(tx, ty)"
+    elif sched.parallel or sched.warp_reduce:
+        # about 16 elements a thread: a short row does not leave most of a 1024-thread block idle at each barrier
+        lines.append(f"threads = min({threads}, max(32, 1 << max(0, cols // {4 * ROW_CACHE_K} - 1).bit_length()))")
+        lines.append("grid = max(1, min(rows, self.kf_sms * (2048 // threads) * 2))")
+        block = "(threads,)"
+    else:
+        lines.append(f"grid = max(1, (rows + {threads - 1}) // {threads})")
+        block = f"({threads},)"
+    lines.append(f"self.kf_mod.{plan.name}(grid=(grid,), block={block}, args=({', '.join(call)},))")
+    return lines
+
+
+class CudaBackend(Backend):
+    kind = "cuda-nvrtc"
+    device_type = "cuda"
+
+    def program(self, plan, desc, sched, target, header, marker):
+        # vectorized programs also take the fast exp (__expf, a few ulp: far inside the fp32 tolerance)
+        fast = ["#define KF_FAST_MATH 1"] if sched.vectorize else []
+        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + [cuda_kernel(k, sched) for k in plan.kernels])
+        tail = ["self.kf_mod = compile_cuda(SOURCE)",
+                "self.kf_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count"]
+        return emit.candidate(plan, desc, header=header, marker=marker,
+                              imports=[f"from {target.module} import compile_cuda"], source_name="SOURCE",
+                              source_text=src, init_tail=tail,
+                              launch=lambda kp, names: cuda_launch_lines(kp, names, sched))
