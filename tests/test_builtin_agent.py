@@ -420,6 +420,51 @@ def test_partial_support_keeps_unsupported_nodes_in_pytorch(agent):
     _judge(src, res.program, "conv_relu")
 
 
+def test_group_norm_is_a_stats_row_kernel_and_an_elementwise_kernel(agent):
+    """GroupNorm (module with and without affine, 4-D and 3-D input, and F.group_norm) lowers to a per-group
+    statistics row kernel plus an elementwise kernel that applies it; the SiLU after it fuses into the latter."""
+    src = _src('''
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class Model(nn.Module):
+            def __init__(self, channels):
+                super().__init__()
+                self.norm = nn.GroupNorm(4, channels, eps=1e-4)
+                self.plain = nn.GroupNorm(2, channels, affine=False)
+                with torch.no_grad():
+                    self.norm.weight.add_(0.3 * torch.randn(channels))
+                    self.norm.bias.add_(0.3 * torch.randn(channels))
+
+            def forward(self, x, y):
+                a = F.silu(self.norm(x))
+                b = F.silu(self.plain(y))
+                c = F.group_norm(y * 2.0 + 1.0, 4, self.norm.weight, self.norm.bias)
+                return a, b, c
+
+
+        def get_inputs():
+            return [torch.randn(3, 12, 5, 7) * 2.0 + 0.5, torch.randn(2, 12, 33) - 1.0]
+
+
+        def get_init_inputs():
+            return [12]
+    ''')
+    for sched in (Schedule(), Schedule(fuse=True, parallel=True, vectorize=True, block=True, unroll=True)):
+        res = agent.synthesize(src, "cpu", sched, "group_norm_silu")
+        assert res.program, res.error
+        assert "(100%) synthesized" in res.notes and "kept in PyTorch" not in res.notes, res.notes
+        assert "groupnorm" not in res.notes and "group_norm" not in res.notes, res.notes
+        assert "F.group_norm" not in res.program and "self.norm(" not in res.program and "self.plain(" not in res.program
+        _judge(src, res.program, "group_norm_silu")
+    labels = [k["label"] for k in read_marker(res.program)["kernels"]]
+    # per norm: one statistics row kernel, one elementwise kernel (with the SiLU where one follows); the y*2+1
+    # before F.group_norm stays its own kernel (the grouped view of its result is glue between the kernels)
+    assert sorted(labels) == sorted(["group_norm"] * 4 + ["group_norm+silu"] * 2 + ["mul+add"]), labels
+
+
 # ------------------------------------------------------------------------------------------------ analysis
 
 def _program(agent, sched: Schedule) -> str:

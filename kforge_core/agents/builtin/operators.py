@@ -55,6 +55,7 @@ _SIGS = {
     "softmax": ["input", "dim", "dtype"], "log_softmax": ["input", "dim", "dtype"],
     "layer_norm": ["input", "normalized_shape", "weight", "bias", "eps"],
     "rms_norm": ["input", "normalized_shape", "weight", "eps"],
+    "group_norm": ["input", "num_groups", "weight", "bias", "eps"],
     "normalize": ["input", "p", "dim", "eps", "out"],
     "norm": ["input", "p", "dim", "keepdim", "dtype"],
     "batch_norm": ["input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"],
@@ -98,7 +99,7 @@ LIB = {"linear", "matmul", "mm", "bmm", "addmm", "baddbmm"}
 COMPARE = {"gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or", "logical_not"}
 PY_SCALAR_OPS = {"add", "sub", "mul", "div", "neg", "pow", "abs", "gt", "lt", "ge", "le", "eq", "ne"}
 ROW_OPS = {"sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "layer_norm",
-           "rms_norm", "normalize", "norm", "var", "std", "batch_norm"}
+           "rms_norm", "group_norm", "normalize", "norm", "var", "std", "batch_norm"}
 
 
 class OperatorCanon:
@@ -125,6 +126,13 @@ class OperatorCanon:
                 a = mod.get("attrs", {})
                 params = {p["name"] for p in self.modules.get(target, {}).get("params", [])}
                 return "layer_norm", {"input": args[0], "normalized_shape": a.get("normalized_shape"),
+                                      "weight": self.param_ref(f"{target}.weight") if "weight" in params else None,
+                                      "bias": self.param_ref(f"{target}.bias") if "bias" in params else None,
+                                      "eps": a.get("eps", 1e-5)}
+            if cls == "GroupNorm":
+                a = mod.get("attrs", {})
+                params = {p["name"] for p in self.modules.get(target, {}).get("params", [])}
+                return "group_norm", {"input": args[0], "num_groups": a.get("num_groups"),
                                       "weight": self.param_ref(f"{target}.weight") if "weight" in params else None,
                                       "bias": self.param_ref(f"{target}.bias") if "bias" in params else None,
                                       "eps": a.get("eps", 1e-5)}

@@ -2,10 +2,13 @@
 
 The row kernels reduce only over a suffix of the dimensions, so every reduction checks that its dims are the last
 `k`. Composite operators (softmax, log_softmax, logsumexp, layer_norm, rms_norm, normalize, norm, var, std,
-eval-mode batch_norm) expand into reductions and elementwise steps that share the node's name as `origin`.
+eval-mode batch_norm, group_norm) expand into reductions and elementwise steps that share the node's name as
+`origin`.
 """
 
 from __future__ import annotations
+
+from math import prod
 
 from .args import Arg
 from .ir import FLOAT, Prim, Py, Unsupported, Value, contig_strides
@@ -77,6 +80,9 @@ class RowOpLowering:
             return
         x, xv = self._input(b)
         S = xv.shape
+        if cname == "group_norm":
+            self._group_norm(name, b, x, xv)
+            return
         items: list[Prim] = []
 
         def red(op, src, keep=True, nm=None):
@@ -253,3 +259,79 @@ class RowOpLowering:
         self.items.extend(items)
         self.counted[name] = "kernel"
         self.labels[name] = cname
+
+    def _group_norm(self, name: str, b: dict, x: tuple, xv: Value) -> None:
+        """GroupNorm over x of shape (N, C, *spatial), the same in training and eval mode (no running stats).
+
+        A row kernel reduces x viewed as (N, G, C/G * prod(spatial)) to the per-group mean and 1/sqrt(var + eps)
+        (biased variance, two passes); glue views spread those (N, G, 1) statistics to per-channel (N, C, 1, ...)
+        tensors, and one elementwise kernel over x applies (x - mean) * (rstd * weight) + bias, so the ops that
+        follow (an activation) fuse into it. The big tensor is read by the statistics passes and once more by the
+        elementwise kernel, and written once.
+        """
+        S = tuple(xv.shape)
+        nd = len(S)
+        if nd < 2:
+            raise Unsupported("group_norm of a rank<2 tensor")
+        G = Arg.const(b.get("num_groups"))
+        if isinstance(G, bool) or not isinstance(G, int) or G <= 0 or S[1] % G:
+            raise Unsupported(f"group_norm with num_groups={G!r} for {S[1]} channels")
+        eps = b.get("eps")
+        eps = float(Arg.const(eps)) if eps is not None and Arg.const(eps) is not None else 1e-5
+        N, C = S[0], S[1]
+        cg, sp = C // G, nd - 2
+        M = cg * prod(S[2:])
+        if N * M == 0:
+            raise Unsupported("group_norm of an empty tensor")
+        if tuple(self.values[name].shape) != S:
+            raise Unsupported(f"group_norm: input shape {S} differs from the traced output {self.values[name].shape}")
+        ones = ", 1" * sp
+        cshape, sshape = (C,) + (1,) * sp, (N, C) + (1,) * sp
+
+        def glue(base: str, shape: tuple, code: str, deps: list) -> tuple:
+            nm = self._tmp(f"{name}_{base}", shape)
+            self.items.append(Py(nm, code, deps, self.values[nm], "glue", name))
+            return ("v", nm)
+
+        def pw(fn, ops, shape, nm=None):
+            nm = nm or self._tmp(f"{name}_{fn}", shape)
+            self.items.append(Prim(nm, fn, ops, tuple(shape), FLOAT, name, {}, label="group_norm"))
+            return ("v", nm)
+
+        def red(src, shape):
+            nm = self._tmp(f"{name}_mean", (N, G, 1))
+            self.items.append(self._red(nm, "mean", src, shape, 1, True, name, label="group_norm"))
+            return ("v", nm)
+
+        affine = {}
+        for key in ("weight", "bias"):
+            a = b.get(key)
+            if a is None or a == {"n": None}:
+                continue
+            t = self.tensor_operand(a, key)
+            tv = self.values[t[1]]
+            if tv.dtype != FLOAT or tuple(tv.shape) != (C,):
+                raise Unsupported(f"group_norm {key} must be float32 of shape ({C},)")
+            affine[key] = t
+        xn = self.names[x[1]]
+        src = xn if xv.contiguous else f"{xn}.contiguous()"
+        xg = glue("groups", (N, G, M), f"{src}.view({xn}.shape[0], {G}, -1)", [x[1]])
+        gs = (N, G, M)
+        mu = red(xg, gs)
+        d = pw("sub", [xg, mu], gs)
+        var = red(pw("mul", [d, d], gs), gs)
+        inv = pw("rsqrt", [pw("add", [var, ("c", eps)], (N, G, 1))], (N, G, 1))
+        chans = {}
+        for key, st in (("mean", mu), ("rstd", inv)):
+            sn = self.names[st[1]]
+            chans[key] = glue(key, sshape, f"{sn}.expand(-1, -1, {cg}).reshape({sn}.shape[0], {C}{ones})",
+                              [st[1]])
+        for key, t in affine.items():
+            chans[key] = glue(key, cshape, f"{self.names[t[1]]}.reshape({C}{ones})", [t[1]])
+        scale = chans["rstd"] if "weight" not in affine else pw("mul", [chans["rstd"], chans["weight"]], sshape)
+        cen = pw("sub", [x, chans["mean"]], S)
+        y = pw("mul", [cen, scale], S, nm=None if "bias" in affine else name)
+        if "bias" in affine:
+            pw("add", [y, chans["bias"]], S, nm=name)
+        self.counted[name] = "kernel"
+        self.labels[name] = "group_norm"
