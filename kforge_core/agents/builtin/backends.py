@@ -31,6 +31,7 @@ class Target:
 class Backend:
     kind = ""
     device_type = "cpu"
+    fuses_cat = False  # evaluates `cat` primitives; without it `torch.cat` stays in PyTorch
 
     def program(self, plan: ProgramPlan, desc: dict, sched: Schedule, target: Target, header: str,
                 marker: str) -> str:
@@ -39,6 +40,7 @@ class Backend:
 
 class CppCtypesBackend(Backend):
     kind = "cpp-ctypes"
+    fuses_cat = True
 
     def program(self, plan, desc, sched, target, header, marker):
         src = codegen_cpu.source(plan.kernels, sched)

@@ -12,7 +12,7 @@ Schedule knobs and what they change in the emitted code:
 
 from __future__ import annotations
 
-from .exprs import RowProgram, flit, node_expr, row_program
+from .exprs import RowProgram, cat_lines, flit, node_expr, row_program
 from .fusion import KernelPlan
 from .schedule import Schedule
 
@@ -246,6 +246,10 @@ class _Emitter:
             self.w(depth, f"const float {self.var(name)} = sc{cache_index[name]}[c];")
         for name in loop.compute:
             n = self.by[name]
+            if n.fn == "cat":
+                for dd, text in cat_lines(n, self.plan, self.var, lambda o: self.operand(o, True)):
+                    self.w(depth + dd, text)
+                continue
             self.w(depth, f"const {n.dtype} {self.var(name)} = {node_expr(n, lambda o: self.operand(o, True))};")
         for name in loop.store_cache:
             self.w(depth, f"sc{cache_index[name]}[c] = {self.var(name)};")

@@ -19,7 +19,7 @@ from . import emit
 from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
 from .cuda_prelude import CUDA_PRELUDE
-from .exprs import flit, node_expr, row_program
+from .exprs import cat_lines, flit, has_cat, node_expr, row_program
 from .fusion import KernelPlan
 from .schedule import Schedule
 
@@ -106,6 +106,10 @@ class CudaEmitter:
             self.w(d, f"const {s.ctype} x{si} = p{si}[c];")
         for name in loop.compute:
             n = self.by[name]
+            if n.fn == "cat":
+                for dd, text in cat_lines(n, self.plan, self.var, self.operand):
+                    self.w(d + dd, text)
+                continue
             self.w(d, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
         self.reduce(d, loop)
         for j in loop.outputs:
@@ -127,7 +131,7 @@ class CudaEmitter:
         """Condition under which a loop may use float4 accesses: every row pointer it touches is 16-byte aligned."""
         ptrs = [f"p{si}" for si in loop.slots if self.plan.slots[si].ctype == "float"]
         ptrs += [f"q{j}" for j in loop.outputs if self.plan.outputs[j].dtype == "float"]
-        if any(self.plan.slots[si].ctype != "float" for si in loop.slots) or any(
+        if has_cat(self.plan) or any(self.plan.slots[si].ctype != "float" for si in loop.slots) or any(
                 self.plan.outputs[j].dtype != "float" for j in loop.outputs) or not ptrs:
             return ""
         conds = ["(cols & 3) == 0"] + [f"(((unsigned long long){p}) & 15) == 0" for p in ptrs]
@@ -278,7 +282,7 @@ def _row_cache_slots(e: CudaEmitter, prog) -> list[int] | None:
     for loop in prog.loops:
         for si in loop.slots:
             reads[si] = reads.get(si, 0) + 1
-    if not reads or max(reads.values()) < 2:
+    if not reads or max(reads.values()) < 2 or has_cat(e.plan):  # cat pieces index by column
         return None
     if any(e.plan.slots[si].ctype != "float" for si in reads):
         return None
@@ -388,6 +392,7 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> list[st
 class CudaBackend(Backend):
     kind = "cuda-nvrtc"
     device_type = "cuda"
+    fuses_cat = True
 
     def program(self, plan, desc, sched, target, header, marker):
         # vectorized programs also take the fast exp (__expf, a few ulp: far inside the fp32 tolerance)

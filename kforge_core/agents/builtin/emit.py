@@ -99,12 +99,20 @@ def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], dict]:
     k, rank, nl = plan.k, plan.rank, plan.nl
     lines: list[str] = []
     tensor_slots = [plan.slots[i] for i in plan.shape_slots]
-    if len(tensor_slots) == 1:
-        lines.append(f"S = tuple({names[tensor_slots[0].value]}.shape)")
-    elif tensor_slots:
-        lines.append(f"S = kf_shape({', '.join(names[s.value] + '.shape' for s in tensor_slots)})")
+    pieces = [s for s in plan.slots if s.kind == "tensor" and s.piece_w is not None]
+    width = next((sum(pc["w"] for pc in n.attrs["pieces"]) for n in plan.nodes if n.fn == "cat"), 0)
+    shapes = [names[s.value] + ".shape" for s in tensor_slots]
+    shapes += [f"tuple({names[s.value]}.shape[:-1]) + ({width},)" for s in pieces]  # cat pieces: their rows
+    if len(shapes) == 1 and not pieces:
+        lines.append(f"S = tuple({shapes[0]})")
+    elif shapes:
+        lines.append(f"S = kf_shape({', '.join(shapes)})")
     else:
         raise ValueError("kernel without tensor operands")
+    if pieces:
+        lines.append(f"if len(S) != {rank} or S[-1] != {width}:")
+        lines.append(f"    raise ValueError(f'this synthesized kernel concatenates rows to width {width}, got shape "
+                     f"{{tuple(S)}}')")
     lines.append(f"rows, cols = kf_rows_cols(S, {rank}, {k})")
     args: dict = {"rows": "rows", "cols": "cols"}
     general = []
@@ -113,7 +121,7 @@ def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], dict]:
         if s.kind == "scalar":
             args[f"scalar:{s.index}"] = f"float({src})"
             continue
-        target = f"S[:{nl}]" if s.drop else "S"
+        target = f"S[:{nl}]" if s.drop else ("S" if s.piece_w is None else f"S[:-1] + ({s.piece_w},)")
         snl = nl
         lines.append(f"a{s.index}, l{s.index} = kf_prep({src}, {target}, {snl}, {s.inner if not s.drop else 0}, "
                      f"{_MODE[s.mode]})")
@@ -135,7 +143,8 @@ def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], dict]:
             else:
                 shape = f"S[:{nl}] + {(1,) * k!r}"
             dtype = "torch.bool" if o.dtype == "bool" else "torch.float32"
-            lines.append(f"o{j} = torch.empty({shape}, dtype={dtype}, device=a{plan.shape_slots[0]}.device)")
+            first = plan.shape_slots[0] if plan.shape_slots else pieces[0].index
+            lines.append(f"o{j} = torch.empty({shape}, dtype={dtype}, device=a{first}.device)")
         args[f"out:{j}"] = f"o{j}"
     return lines, args
 

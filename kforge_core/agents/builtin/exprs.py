@@ -93,6 +93,36 @@ def node_expr(n: KNode, operand_code) -> str:
     return tpl.format(*args, **attrs)
 
 
+def cat_lines(n: KNode, plan: KernelPlan, var, operand, col: str = "c") -> list[tuple[int, str]]:
+    """Statements [(extra depth, text)] computing a `cat` node at column `col`: only the piece the column falls in
+    is evaluated, its row-varying slots read at `col - lo` (their own rows, `p<slot>`), so no read leaves a piece.
+    `var(name)` names a node's variable, `operand(op)` renders the kernel's other operands."""
+    out = [(0, f"float {var(n.name)};")]
+    pieces = n.attrs["pieces"]
+    for i, pc in enumerate(pieces):
+        hi = pc["lo"] + pc["w"]
+        head = "if" if i == 0 else "} else if"
+        out.append((0, f"{head} ({col} < {hi}) {{" if i < len(pieces) - 1 else "} else {"))
+        shifted = f"({col} - {pc['lo']})" if pc["lo"] else col
+
+        def piece_operand(o, pc=pc, shifted=shifted):
+            if o[0] == "slot":
+                s = plan.slots[o[1]]
+                if s.kind == "tensor" and s.inner == 1:
+                    return f"p{s.index}[{shifted}]"
+            return operand(o)
+
+        for q in pc["nodes"]:
+            out.append((1, f"const {q.dtype} {var(q.name)} = {node_expr(q, piece_operand)};"))
+        out.append((1, f"{var(n.name)} = {piece_operand(pc['root'])};"))
+    out.append((0, "}"))
+    return out
+
+
+def has_cat(plan: KernelPlan) -> bool:
+    return any(n.fn == "cat" for n in plan.nodes)
+
+
 # ------------------------------------------------------------------------------------------- loop structure
 
 @dataclass

@@ -30,6 +30,7 @@ class Slot:
     inner: int = 1  # 1: varies along the row (stride 1), 0: one value per row
     mode: str = "rowmajor"  # "rowmajor" | "zero" (same for every row) | "general" (strides from meta)
     drop: bool = False  # indexed by the row only (a reduction result without keepdim)
+    piece_w: int | None = None  # read by a `cat` piece: rows of this width, at column c - lo of the piece
 
     @property
     def is_row_level(self) -> bool:
@@ -168,6 +169,8 @@ class _Group:
 def _anchor(p: Prim) -> tuple[tuple, int | None]:
     if p.fn == "red":
         return tuple(p.red["in_shape"]), p.red["k"]
+    if p.fn == "cat":  # a last-dim concatenation works on rows of the last dim
+        return tuple(p.shape), 1
     return tuple(p.shape), None
 
 
@@ -208,7 +211,7 @@ class Grouper:
         for p in self.prims:
             S, k = _anchor(p)
             target = None
-            if self.fuse and p.name not in self.isolate:
+            if self.fuse and p.name not in self.isolate and p.fn != "cat":  # pieces have another row width
                 target = self._join(p, of)
             elif not self.fuse:
                 prev = next((g for g in groups if g.prims[0].origin == p.origin and p.name not in self.isolate
@@ -267,6 +270,12 @@ class Grouper:
                     return False
         return True
 
+    @staticmethod
+    def _pieces_outside(prims: list) -> bool:
+        """A cat's pieces read their values at the piece width: none may be computed in the cat's own kernel."""
+        names = {q.name for q in prims}
+        return not any(set(_piece_leaves(pc)) & names for q in prims if q.fn == "cat" for pc in q.attrs["pieces"])
+
     def _join(self, p: Prim, of: dict) -> _Group | None:
         cands = []
         for d in p.deps:
@@ -281,7 +290,8 @@ class Grouper:
             merged = self._merge_view(option)
             if merged is None:
                 continue
-            if self._compatible(merged, p) and self._acyclic(merged.names | {p.name}):
+            if self._compatible(merged, p) and self._acyclic(merged.names | {p.name}) and \
+                    self._pieces_outside(merged.prims + [p]):
                 if len(option) > 1:
                     base = option[0]
                     for other in option[1:]:
@@ -355,9 +365,15 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
         form = g.form.get(p.name, "keep")
         for o in p.operands:
             if o[0] == "v" and o[1] not in members:
-                key = (o[1], form if p.fn != "red" else "keep")
+                key = (o[1], form if p.fn not in ("red", "cat") else "keep")
+                if p.fn == "cat":
+                    continue
                 if key not in ext:
                     ext.append(key)
+        for pc in (p.attrs.get("pieces", []) if p.fn == "cat" else []):
+            for v in _piece_leaves(pc):
+                if (v, f"piece{pc['w']}") not in ext:
+                    ext.append((v, f"piece{pc['w']}"))
     k = g.k if g.k is not None else _choose_k(g, values, ext)
     S = g.S
     rank = len(S)
@@ -370,6 +386,8 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
         drop = form == "drop"
         if val.kind == "s" or not val.is_tensor:
             s = Slot(len(slots), v, "scalar", "float", 0, "zero", drop)
+        elif form.startswith("piece"):
+            s = _piece_slot(len(slots), v, val, lead, int(form[5:]), k)
         else:
             ctype = "bool" if val.dtype == "bool" else "float"
             target = lead if drop else S
@@ -393,7 +411,7 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
     for p in prims:
         form = g.form.get(p.name, "keep")
         ops = []
-        for o in p.operands:
+        for o in (p.operands if p.fn != "cat" else []):
             if o[0] == "v" and o[1] in members:
                 ops.append(("node", o[1]))
             elif o[0] == "v":
@@ -401,6 +419,11 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
             else:
                 ops.append(o)
         dtype = "bool" if p.dtype == "bool" else "float"
+        if p.fn == "cat":
+            level[p.name], rpass[p.name] = "E", 0
+            knodes.append(KNode(p.name, "cat", [], "E", "float", {"pieces": [
+                _piece_plan(pc, slot_index) for pc in p.attrs["pieces"]]}))
+            continue
         if p.fn == "red":
             src = ops[0]
             dep_pass = _operand_pass(src, knodes, rpass, level)
@@ -437,13 +460,14 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
         if lv == "E" and out.dtype == "float":
             for s in slots:
                 if (s.kind == "tensor" and s.inner == 1 and s.mode == "rowmajor" and s.value in fresh_single_use
+                        and s.piece_w is None
                         and s.index not in used_inplace and users.get(s.value, set()) <= members
                         and s.value not in output_names and tuple(values[s.value].shape) == S):
                     out.inplace_slot = s.index
                     used_inplace.add(s.index)
                     break
         outputs.append(out)
-    shape_slots = [s.index for s in slots if s.kind == "tensor" and not s.drop]
+    shape_slots = [s.index for s in slots if s.kind == "tensor" and not s.drop and s.piece_w is None]
     origins = []
     for p in prims:
         if p.origin not in origins:
@@ -457,6 +481,47 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
             labels.append(lab)
     return KernelPlan(f"kf_k{index}", rank, k, slots, knodes, outputs, npasses, [p.name for p in prims], origins,
                       "+".join(labels), shape_slots)
+
+
+def _piece_leaves(pc: dict) -> list[str]:
+    """The external values a cat piece reads (at the piece's width)."""
+    inside = {q.name for q in pc["prims"]}
+    ops = [o for q in pc["prims"] for o in q.operands] + [pc["root"]]
+    out = []
+    for o in ops:
+        if o[0] == "v" and o[1] not in inside and o[1] not in out:
+            out.append(o[1])
+    return out
+
+
+def _piece_slot(index: int, v: str, val, lead: tuple, w: int, k: int) -> Slot:
+    """A slot read inside a cat piece: rows of width w, so rows are located through strides (not r * cols)."""
+    T = tuple(lead) + (w,)
+    ctype = "bool" if val.dtype == "bool" else "float"
+    inner = 1 if varies_inner(val.shape, T, k) else 0
+    lead_st = expanded_strides(val.shape, val.strides, T)[:len(lead)]
+    if all(st == 0 or lead[i] == 1 for i, st in enumerate(lead_st)):
+        mode = "zero"
+    elif not inner and val.contiguous and prod(val.shape) == prod(lead):
+        mode = "rowmajor"
+    else:
+        mode = "general"
+    return Slot(index, v, "tensor", ctype, inner, mode, False, w)
+
+
+def _piece_plan(pc: dict, slot_index: dict) -> dict:
+    """A cat piece as kernel nodes: operands are its own nodes, its slots (at the piece's width) or constants."""
+    inside = {q.name for q in pc["prims"]}
+    form = f"piece{pc['w']}"
+
+    def op(o):
+        if o[0] != "v":
+            return o
+        return ("node", o[1]) if o[1] in inside else ("slot", slot_index[(o[1], form)])
+
+    nodes = [KNode(q.name, q.fn, [op(o) for o in q.operands], "E", "bool" if q.dtype == "bool" else "float",
+                   dict(q.attrs)) for q in pc["prims"]]
+    return {"lo": pc["lo"], "w": pc["w"], "nodes": nodes, "root": op(pc["root"])}
 
 
 def _operand_pass(o, knodes, rpass, level) -> int:

@@ -169,7 +169,7 @@ class BuiltinGenerationAgent:
         except TraceFailed as e:
             return GenerationResult(program=None, error=f"cannot trace the problem: {e}")
         try:
-            low = lower(desc, conservative=sched.conservative)
+            low = lower(desc, conservative=sched.conservative, fuse_cat=backend.fuses_cat)
         except CannotEmit as e:
             return GenerationResult(program=None, error=f"cannot synthesize this module: {e}")
         plan = build_plan(low, fuse=sched.fuse)

@@ -28,9 +28,10 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
     """One lowering of one description. The mixins hold the per-operator lowerings; they share the state set up
     here (`values`, `items`, `names`, `counted`, `labels`, ...) rather than passing it around."""
 
-    def __init__(self, desc: dict, conservative: bool = False):
+    def __init__(self, desc: dict, conservative: bool = False, fuse_cat: bool = True):
         self.desc = desc
         self.conservative = conservative  # keep reductions in PyTorch (a fallback after a failed candidate)
+        self.fuse_cat = fuse_cat  # the target's writer evaluates `cat` primitives (last-dim concatenation)
         self.nodes = desc["nodes"]
         self.by_name = {n["name"]: n for n in self.nodes}
         self.users: dict[str, list[str]] = {n["name"]: [] for n in self.nodes}
@@ -256,6 +257,9 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
             if cname in ROW_OPS:
                 self._row_op(n, cname, bound)
                 return
+            if cname == "cat":
+                self._cat(n, bound)
+                return
             self._pointwise(n, cname, bound)
         except Unsupported as e:
             self._keep(n, str(e))
@@ -274,5 +278,5 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
         self.kept_reasons[n["name"]] = reason
 
 
-def lower(desc: dict, conservative: bool = False) -> Lowered:
-    return Lowerer(desc, conservative).lower()
+def lower(desc: dict, conservative: bool = False, fuse_cat: bool = True) -> Lowered:
+    return Lowerer(desc, conservative, fuse_cat).lower()

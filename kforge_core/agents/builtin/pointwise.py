@@ -7,7 +7,7 @@ a scaling mul then the add); the intermediate values get synthetic names.
 from __future__ import annotations
 
 from .args import Arg
-from .ir import KERNEL_DTYPES, Prim, Unsupported, Value
+from .ir import FLOAT, KERNEL_DTYPES, Prim, Unsupported, Value
 from .operators import COMPARE, UNARY
 
 
@@ -25,6 +25,79 @@ class PointwiseLowering:
             p.label = p.label or cname
             self.items.append(p)
         self.counted[name] = "kernel"
+
+    def _cat(self, n: dict, b: dict) -> None:
+        """`torch.cat` along the last dimension becomes one `cat` primitive: column c of the output is piece i at
+        column c - lo_i. Each piece is its operand's elementwise expression (the primitives only the cat reads, pulled
+        out of the item list) over external values read at the piece's width; the kernel evaluates only the piece a
+        column falls in. Anything else (another dim, an empty or non-float piece, a writer without it) stays in
+        PyTorch."""
+        name = n["name"]
+        out = self.values[name]
+        if not self.fuse_cat:
+            raise Unsupported("this target's kernel writer does not fuse cat")
+        rank = len(out.shape)
+        dim = Arg.const(b.get("dim", 0))
+        if not isinstance(dim, int) or rank == 0 or dim % rank != rank - 1:
+            raise Unsupported("cat along a dimension other than the last stays in PyTorch")
+        seq = b.get("input") or b.get("tensors")
+        refs = seq.get("tuple", seq.get("list")) if isinstance(seq, dict) else seq
+        if out.dtype != FLOAT or not isinstance(refs, list) or len(refs) < 2 or not all(Arg.is_node(r) for r in refs):
+            raise Unsupported("cat of fewer than two float32 tensors")
+        lead = tuple(out.shape[:-1])
+        pieces, lo = [], 0
+        for r in refs:
+            v = self.val(r)
+            if not v.is_tensor or v.dtype != FLOAT or len(v.shape) != rank or tuple(v.shape[:-1]) != lead \
+                    or v.shape[-1] < 1:
+                raise Unsupported("cat pieces must be non-empty float32 tensors of the output's rank and rows")
+            pieces.append({"lo": lo, "w": int(v.shape[-1]), "shape": lead + (int(v.shape[-1]),),
+                           "root": self.tensor_operand(r, "a cat piece"), "prims": []})
+            lo += int(v.shape[-1])
+        pulled = self._cat_pull(name, pieces)
+        leaves = []
+        for pc in pieces:
+            for q in pc["prims"]:
+                for o in q.operands:
+                    if o[0] == "v" and o[1] not in pulled and o not in leaves:
+                        leaves.append(o)
+            if pc["root"][1] not in pulled and pc["root"] not in leaves:
+                leaves.append(pc["root"])
+        self.items = [it for it in self.items if it.name not in pulled]
+        self.items.append(Prim(name, "cat", leaves, out.shape, FLOAT, name, {"pieces": pieces}, label="cat"))
+        self.counted[name] = "kernel"
+
+    def _cat_pull(self, cat: str, pieces: list) -> set:
+        """Move into each piece the elementwise primitives that only the cat (through that piece) reads."""
+        prims = {it.name: it for it in self.items if isinstance(it, Prim)}
+        readers: dict[str, set] = {}
+        for it in self.items:
+            for d in it.deps:
+                readers.setdefault(d, set()).add(it.name)
+        for r in [p["root"][1] for p in pieces]:
+            readers.setdefault(r, set()).add(cat)
+        roots = [p["root"][1] for p in pieces]
+        pulled: set = set()
+        for pc in pieces:
+            mine: set = set()
+            stack = [pc["root"][1]] if roots.count(pc["root"][1]) == 1 else []
+            while stack:
+                v = stack.pop()
+                q = prims.get(v)
+                if q is None or v in mine or v in pulled or q.fn in ("red", "cat") or \
+                        any(o[0] == "cols" for o in q.operands):
+                    continue
+                users = readers.get(v, set()) | {u for u in self.users.get(v, []) if u != cat}
+                inside = mine | ({cat} if v == pc["root"][1] else set())
+                fits = len(q.shape) <= len(pc["shape"]) and all(
+                    a in (1, s) for a, s in zip(reversed(q.shape), reversed(pc["shape"])))
+                if not users <= inside or not fits:
+                    continue
+                mine.add(v)
+                stack.extend(q.deps)
+            pc["prims"] = [it for it in self.items if it.name in mine]
+            pulled |= mine
+        return pulled
 
     def _pw_prims(self, name: str, cname: str, b: dict, out: Value) -> list[Prim]:
         shape = out.shape
