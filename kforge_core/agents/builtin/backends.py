@@ -32,6 +32,9 @@ class Backend:
     kind = ""
     device_type = "cpu"
     fuses_cat = False  # evaluates `cat` primitives; without it `torch.cat` stays in PyTorch
+    # tensor dtypes besides float32 its kernels read, write and round to (bf16/fp16 storage, math in float, as
+    # PyTorch computes them); without them half-precision operands, casts and elementwise ops stay in PyTorch
+    half_dtypes: tuple = ()
 
     def program(self, plan: ProgramPlan, desc: dict, sched: Schedule, target: Target, header: str,
                 marker: str) -> str:
@@ -41,6 +44,7 @@ class Backend:
 class CppCtypesBackend(Backend):
     kind = "cpp-ctypes"
     fuses_cat = True
+    half_dtypes = ("bfloat16", "float16")
 
     def program(self, plan, desc, sched, target, header, marker):
         src = codegen_cpu.source(plan.kernels, sched)

@@ -12,7 +12,7 @@ Schedule knobs and what they change in the emitted code:
 
 from __future__ import annotations
 
-from .exprs import RowProgram, cat_lines, flit, node_expr, row_program
+from .exprs import RowProgram, cat_lines, flit, half_math, load, node_expr, row_program, store, value_ctype
 from .fusion import KernelPlan
 from .schedule import Schedule
 
@@ -130,6 +130,13 @@ static inline int64_t kf_off(int64_t r, const int64_t* shape, const int64_t* st,
 }
 """
 
+HALF_BITS = r"""
+static inline unsigned int kf_as_uint(float f) { unsigned int b; std::memcpy(&b, &f, 4); return b; }
+static inline float kf_as_float(unsigned int b) { float f; std::memcpy(&f, &b, 4); return f; }
+"""
+
+_PARAM = {"kf_bf16": "uint16_t", "kf_f16": "uint16_t"}  # half storage as the callers' signature parsers name it
+
 PW_CHUNK = 65536
 PW_BLOCK_CHUNK = 4096
 
@@ -144,6 +151,7 @@ def cflags(sched: Schedule) -> tuple[str, ...]:
 def source(plans: list[KernelPlan], sched: Schedule) -> str:
     parts = ["#include <cmath>", "#include <cstdint>", "#include <cstring>", "#include <algorithm>",
              "#include <vector>", VECTOR_MATH if sched.vectorize else SCALAR_MATH, COMMON_MATH]
+    parts += half_math(plans, "static inline", HALF_BITS)
     for plan in plans:
         parts.append(kernel(plan, sched))
     return "\n".join(parts).strip() + "\n"
@@ -157,10 +165,10 @@ def signature(plan: KernelPlan, sched: Schedule) -> list[tuple[str, str]]:
     for s in plan.slots:
         if s.kind == "tensor":
             r = "" if s.index in inplace else restrict
-            params.append((f"const {s.ctype}*{r} a{s.index}", f"slot:{s.index}"))
+            params.append((f"const {_PARAM.get(s.ctype, s.ctype)}*{r} a{s.index}", f"slot:{s.index}"))
     for j, o in enumerate(plan.outputs):
         r = "" if o.inplace_slot is not None else restrict
-        params.append((f"{o.dtype}*{r} o{j}", f"out:{j}"))
+        params.append((f"{_PARAM.get(o.dtype, o.dtype)}*{r} o{j}", f"out:{j}"))
     if any(s.kind == "tensor" and s.mode == "general" for s in plan.slots):
         params.append(("const int64_t* meta", "meta"))
     params.append(("int64_t rows", "rows"))
@@ -216,7 +224,7 @@ class _Emitter:
                 off = f"kf_off(r, meta, meta + {plan.nl} + {gi * plan.nl}, {plan.nl})"
             self.w(depth, f"const {s.ctype}* p{s.index} = a{s.index} + {off};")
             if s.inner == 0:
-                self.w(depth, f"const {s.ctype} r{s.index} = p{s.index}[0];")
+                self.w(depth, f"const {value_ctype(s.ctype)} r{s.index} = {load(s.ctype, f'p{s.index}[0]')};")
 
     def row_nodes(self, depth: int, names: list[str]) -> None:
         for name in names:
@@ -241,7 +249,7 @@ class _Emitter:
     def loop_body(self, depth: int, loop, cache_index: dict) -> None:
         for si in loop.slots:
             s = self.plan.slots[si]
-            self.w(depth, f"const {s.ctype} x{si} = p{si}[c];")
+            self.w(depth, f"const {value_ctype(s.ctype)} x{si} = {load(s.ctype, f'p{si}[c]')};")
         for name in loop.load:
             self.w(depth, f"const float {self.var(name)} = sc{cache_index[name]}[c];")
         for name in loop.compute:
@@ -264,7 +272,7 @@ class _Emitter:
                 self.w(depth, f"acc_{r} = {src} < acc_{r} ? {src} : acc_{r};")
         for j in loop.outputs:
             out = self.plan.outputs[j]
-            self.w(depth, f"q{j}[c] = {self.var(out.node)};")
+            self.w(depth, f"q{j}[c] = {store(out.dtype, self.var(out.node))};")
 
 
 def kernel(plan: KernelPlan, sched: Schedule) -> str:
@@ -285,7 +293,7 @@ def kernel(plan: KernelPlan, sched: Schedule) -> str:
 def _store_row_outputs(e: _Emitter, depth: int, plan: KernelPlan, available: set) -> None:
     for j, out in enumerate(plan.outputs):
         if out.level == "R" and out.node in available:
-            e.w(depth, f"o{j}[r] = {e.var(out.node)};")
+            e.w(depth, f"o{j}[r] = {store(out.dtype, e.var(out.node))};")
 
 
 def _pointwise_body(e: _Emitter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:

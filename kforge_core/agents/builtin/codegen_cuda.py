@@ -18,8 +18,8 @@ from __future__ import annotations
 from . import emit
 from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
-from .cuda_prelude import CUDA_PRELUDE
-from .exprs import cat_lines, flit, has_cat, node_expr, row_program
+from .cuda_prelude import CUDA_HALF_BITS, CUDA_PRELUDE
+from .exprs import cat_lines, flit, half_math, has_cat, load, node_expr, row_program, store, value_ctype
 from .fusion import KernelPlan
 from .schedule import Schedule
 
@@ -48,7 +48,7 @@ def _cache_k(cached: list[int]) -> int:
 def _cuda_signature(plan: KernelPlan) -> list[tuple[str, str]]:
     out = []
     for decl, role in cpu_signature(plan, Schedule()):
-        out.append((decl.replace("int64_t", "long long"), role))
+        out.append((decl.replace("int64_t", "long long").replace("uint16_t", "unsigned short"), role))
     return out
 
 
@@ -90,7 +90,7 @@ class CudaEmitter:
                 off = f"kf_off(r, meta, meta + {plan.nl} + {gi * plan.nl}, {plan.nl})"
             self.w(d, f"const {s.ctype}* p{s.index} = a{s.index} + {off};")
             if s.inner == 0:
-                self.w(d, f"const {s.ctype} r{s.index} = p{s.index}[0];")
+                self.w(d, f"const {value_ctype(s.ctype)} r{s.index} = {load(s.ctype, f'p{s.index}[0]')};")
         for j, o in enumerate(plan.outputs):
             if o.level == "E":
                 self.w(d, f"{o.dtype}* q{j} = o{j} + r * cols;")
@@ -103,7 +103,7 @@ class CudaEmitter:
     def body(self, d, loop, acc_update: bool = True):
         for si in loop.slots:
             s = self.plan.slots[si]
-            self.w(d, f"const {s.ctype} x{si} = p{si}[c];")
+            self.w(d, f"const {value_ctype(s.ctype)} x{si} = {load(s.ctype, f'p{si}[c]')};")
         for name in loop.compute:
             n = self.by[name]
             if n.fn == "cat":
@@ -113,7 +113,8 @@ class CudaEmitter:
             self.w(d, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
         self.reduce(d, loop)
         for j in loop.outputs:
-            self.w(d, f"q{j}[c] = {self.var(self.plan.outputs[j].node)};")
+            out = self.plan.outputs[j]
+            self.w(d, f"q{j}[c] = {store(out.dtype, self.var(out.node))};")
 
     def reduce(self, d, loop):
         for r in loop.reds:
@@ -166,7 +167,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
             e.w(3, "if (c0 == 0 && threadIdx.x == 0) {")
             for j, o in enumerate(plan.outputs):
                 if o.level == "R":
-                    e.w(4, f"o{j}[r] = {e.var(o.node)};")
+                    e.w(4, f"o{j}[r] = {store(o.dtype, e.var(o.node))};")
             e.w(3, "}")
         e.w(2, "}")
         e.w(1, "}")
@@ -196,7 +197,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
                 e.row_nodes(1, prog.row_nodes_by_pass.get(loop.index, []))
         for j, o in enumerate(plan.outputs):
             if o.level == "R":
-                e.w(1, f"o{j}[r] = {e.var(o.node)};")
+                e.w(1, f"o{j}[r] = {store(o.dtype, e.var(o.node))};")
     else:
         # one thread block per row
         # the warp path keeps one value per warp; the tree path one per thread
@@ -271,7 +272,7 @@ def _row_outputs(e: CudaEmitter, d: int) -> None:
         e.w(d, "if (threadIdx.x == 0) {")
         for j, o in enumerate(e.plan.outputs):
             if o.level == "R":
-                e.w(d + 1, f"o{j}[r] = {e.var(o.node)};")
+                e.w(d + 1, f"o{j}[r] = {store(o.dtype, e.var(o.node))};")
         e.w(d, "}")
 
 
@@ -393,11 +394,13 @@ class CudaBackend(Backend):
     kind = "cuda-nvrtc"
     device_type = "cuda"
     fuses_cat = True
+    half_dtypes = ("bfloat16", "float16")
 
     def program(self, plan, desc, sched, target, header, marker):
         # vectorized programs also take the fast exp (__expf, a few ulp: far inside the fp32 tolerance)
         fast = ["#define KF_FAST_MATH 1"] if sched.vectorize else []
-        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + [cuda_kernel(k, sched) for k in plan.kernels])
+        halves = half_math(plan.kernels, "__device__ __forceinline__", CUDA_HALF_BITS)
+        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + [cuda_kernel(k, sched) for k in plan.kernels])
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
                 "self.kf_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count"]
         return emit.candidate(plan, desc, header=header, marker=marker,

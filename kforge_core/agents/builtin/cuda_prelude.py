@@ -1,6 +1,12 @@
 """The CUDA C++ device helpers every NVRTC candidate starts with: the `kf_*` math wrappers (`KF_FAST_MATH` picks
 `__expf`), the strided row offset `kf_off`, and the warp- and block-wide reductions the row kernels call."""
 
+# the bit casts `exprs.HALF_MATH` (bf16/fp16 storage) is written over
+CUDA_HALF_BITS = r"""
+__device__ __forceinline__ unsigned int kf_as_uint(float f) { return __float_as_uint(f); }
+__device__ __forceinline__ float kf_as_float(unsigned int b) { return __uint_as_float(b); }
+"""
+
 CUDA_PRELUDE = r"""
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)

@@ -142,7 +142,8 @@ def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], dict]:
                 shape = f"S[:{nl}]"
             else:
                 shape = f"S[:{nl}] + {(1,) * k!r}"
-            dtype = "torch.bool" if o.dtype == "bool" else "torch.float32"
+            dtype = {"bool": "torch.bool", "kf_bf16": "torch.bfloat16", "kf_f16": "torch.float16"}.get(
+                o.dtype, "torch.float32")
             first = plan.shape_slots[0] if plan.shape_slots else pieces[0].index
             lines.append(f"o{j} = torch.empty({shape}, dtype={dtype}, device=a{first}.device)")
         args[f"out:{j}"] = f"o{j}"

@@ -10,7 +10,7 @@ import math
 import struct
 from dataclasses import dataclass, field
 
-from .fusion import KernelPlan, KNode
+from .fusion import HALF_CTYPES, KernelPlan, KNode
 
 C_TEMPLATES = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
@@ -43,6 +43,7 @@ C_TEMPLATES = {
     "gt": "({0} > {1})", "lt": "({0} < {1})", "ge": "({0} >= {1})", "le": "({0} <= {1})", "eq": "({0} == {1})",
     "ne": "({0} != {1})", "logical_and": "({0} && {1})", "logical_or": "({0} || {1})", "logical_not": "(!{0})",
     "where": "({0} ? {1} : {2})", "lerp": "({0} + {2} * ({1} - {0}))",
+    "cast": "({0})",  # values are floats in the kernels; a narrowing cast is the node's rounding (KNode.half)
 }
 EXPENSIVE = {"exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "erf", "erfc", "sin", "cos", "tan", "atan",
              "sinh", "cosh", "asin", "acos", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh", "mish", "selu", "elu",
@@ -81,16 +82,87 @@ def pow_expr(a: str, e, e_is_const: bool) -> str:
 
 
 def node_expr(n: KNode, operand_code) -> str:
-    """The C expression of a node; `operand_code(op)` renders one operand."""
+    """The C expression of a node; `operand_code(op)` renders one operand. A node whose PyTorch result is bf16/fp16
+    is computed in float and rounded to that type (kept as a float holding the rounded value)."""
     if n.fn == "pow":
         base, ex = n.operands
         if ex[0] == "c":
-            return pow_expr(operand_code(base), ex[1], True)
-        return pow_expr(operand_code(base), operand_code(ex), False)
-    tpl = C_TEMPLATES[n.fn]
-    args = [operand_code(o) for o in n.operands]
-    attrs = {k: flit(v) for k, v in n.attrs.items() if isinstance(v, (int, float))}
-    return tpl.format(*args, **attrs)
+            text = pow_expr(operand_code(base), ex[1], True)
+        else:
+            text = pow_expr(operand_code(base), operand_code(ex), False)
+    else:
+        tpl = C_TEMPLATES[n.fn]
+        args = [operand_code(o) for o in n.operands]
+        attrs = {k: flit(v) for k, v in n.attrs.items() if isinstance(v, (int, float))}
+        text = tpl.format(*args, **attrs)
+    return f"{HALF_ROUND[n.half]}({text})" if n.half else text
+
+
+# ------------------------------------------------------------------------------- half-precision storage (C family)
+# bf16/fp16 slots and outputs are stored as 16-bit words (`kf_bf16`/`kf_f16`, both `unsigned short`); loads widen
+# them to float exactly, stores round to nearest even (NaN stays NaN), all by bit manipulation so the C++ and CUDA
+# writers share it (no cuda_bf16.h under NVRTC). Each writer defines `kf_as_uint`/`kf_as_float` and the prefix.
+HALF_ROUND = {"bfloat16": "kf_rbf16", "float16": "kf_rf16"}  # float -> float rounded to that type
+_HALF_LOAD = {c: "kf_ld_" + c[3:] for c in HALF_CTYPES.values()}  # kf_bf16 -> kf_ld_bf16
+_HALF_STORE = {c: "kf_st_" + c[3:] for c in HALF_CTYPES.values()}
+HALF_MATH = r"""
+typedef unsigned short kf_bf16;
+typedef unsigned short kf_f16;
+KF_HALF_FN unsigned int kf_bf16_bits(float f) {
+    const unsigned int u = kf_as_uint(f);
+    return (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+KF_HALF_FN float kf_ld_bf16(kf_bf16 h) { return kf_as_float(((unsigned int)h) << 16); }
+KF_HALF_FN kf_bf16 kf_st_bf16(float f) { return (kf_bf16)kf_bf16_bits(f); }
+KF_HALF_FN float kf_rbf16(float f) { return kf_as_float(kf_bf16_bits(f) << 16); }
+KF_HALF_FN unsigned int kf_f16_bits(float f) {
+    const unsigned int a = kf_as_uint(f);
+    const unsigned int sign = (a >> 16) & 0x8000u;
+    const unsigned int u = a & 0x7fffffffu;
+    const unsigned int big = u > 0x7f800000u ? 0x7e00u : 0x7c00u;  // NaN -> quiet NaN, >= 65520 -> inf
+    const unsigned int sub = kf_as_uint(kf_as_float(u) + 0.5f) - 0x3f000000u;  // below 2^-14: the float add rounds
+    const unsigned int nrm = (u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13;
+    return (u >= 0x47800000u ? big : (u < 0x38800000u ? sub : nrm)) | sign;
+}
+KF_HALF_FN float kf_ld_f16(kf_f16 h) {
+    const unsigned int e = h & 0x7c00u;
+    const unsigned int m = ((unsigned int)(h & 0x7fffu)) << 13;
+    const float sub = kf_as_float(m + 0x38800000u) - 6.103515625e-05f;
+    const float mag = e == 0x7c00u ? kf_as_float(m + 0x70000000u) : (e == 0u ? sub : kf_as_float(m + 0x38000000u));
+    return kf_as_float(kf_as_uint(mag) | (((unsigned int)(h & 0x8000u)) << 16));
+}
+KF_HALF_FN kf_f16 kf_st_f16(float f) { return (kf_f16)kf_f16_bits(f); }
+KF_HALF_FN float kf_rf16(float f) { return kf_ld_f16(kf_st_f16(f)); }
+"""
+
+
+def value_ctype(ctype: str) -> str:
+    """The C type a slot's value has inside the kernel (half-precision storage widens to float)."""
+    return "float" if ctype in _HALF_LOAD else ctype
+
+
+def load(ctype: str, ref: str) -> str:
+    fn = _HALF_LOAD.get(ctype)
+    return f"{fn}({ref})" if fn else ref
+
+
+def store(ctype: str, text: str) -> str:
+    fn = _HALF_STORE.get(ctype)
+    return f"{fn}({text})" if fn else text
+
+
+def uses_half(plans: list) -> bool:
+    nodes = [q for p in plans for n in p.nodes for q in [n] + [
+        x for pc in (n.attrs["pieces"] if n.fn == "cat" else []) for x in pc["nodes"]]]
+    return any(s.ctype in _HALF_LOAD for p in plans for s in p.slots) or any(
+        o.dtype in _HALF_LOAD for p in plans for o in p.outputs) or any(n.half for n in nodes)
+
+
+def half_math(plans: list, fn: str, bits: str) -> list[str]:
+    """The half-precision helpers (with this writer's function prefix and bit casts) when some kernel needs them."""
+    if not uses_half(plans):
+        return []
+    return [bits.strip(), HALF_MATH.replace("KF_HALF_FN", fn).strip()]
 
 
 def cat_lines(n: KNode, plan: KernelPlan, var, operand, col: str = "c") -> list[tuple[int, str]]:
@@ -109,7 +181,7 @@ def cat_lines(n: KNode, plan: KernelPlan, var, operand, col: str = "c") -> list[
             if o[0] == "slot":
                 s = plan.slots[o[1]]
                 if s.kind == "tensor" and s.inner == 1:
-                    return f"p{s.index}[{shifted}]"
+                    return load(s.ctype, f"p{s.index}[{shifted}]")
             return operand(o)
 
         for q in pc["nodes"]:

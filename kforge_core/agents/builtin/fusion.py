@@ -26,7 +26,7 @@ class Slot:
     index: int
     value: str  # value name
     kind: str  # "tensor" | "scalar"
-    ctype: str = "float"  # "float" | "bool"
+    ctype: str = "float"  # "float" | "bool" | "kf_bf16" | "kf_f16" (16-bit storage, read as float)
     inner: int = 1  # 1: varies along the row (stride 1), 0: one value per row
     mode: str = "rowmajor"  # "rowmajor" | "zero" (same for every row) | "general" (strides from meta)
     drop: bool = False  # indexed by the row only (a reduction result without keepdim)
@@ -47,6 +47,7 @@ class KNode:
     attrs: dict = field(default_factory=dict)
     red: dict | None = None  # {"op", "pass"}
     rpass: int = 0  # R-level: the pass after which the value is available; E-level: 0
+    half: str = ""  # "bfloat16" | "float16": PyTorch's result has that dtype, so the float value is rounded to it
 
 
 @dataclass
@@ -54,7 +55,7 @@ class KOut:
     node: str
     level: str
     drop: bool
-    dtype: str
+    dtype: str  # C storage type, as Slot.ctype
     inplace_slot: int | None = None
 
 
@@ -325,6 +326,19 @@ class Grouper:
 
 # ------------------------------------------------------------------------------------------------ kernel plans
 
+HALF_CTYPES = {"bfloat16": "kf_bf16", "float16": "kf_f16"}  # torch dtype -> C storage type (see exprs.HALF_MATH)
+
+
+def storage_ctype(dtype: str) -> str:
+    """The C type a kernel reads or writes a tensor of this dtype as."""
+    return "bool" if dtype == "bool" else HALF_CTYPES.get(dtype, "float")
+
+
+def _knode(p: Prim, ops: list, level: str, rpass: int = 0) -> KNode:
+    return KNode(p.name, p.fn, ops, level, "bool" if p.dtype == "bool" else "float", dict(p.attrs), rpass=rpass,
+                 half=p.dtype if p.dtype in HALF_CTYPES else "")
+
+
 def _choose_k(g: _Group, values: dict, slot_values: list[tuple[str, str]]) -> int:
     S = g.S
     nd = len(S)
@@ -389,7 +403,7 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
         elif form.startswith("piece"):
             s = _piece_slot(len(slots), v, val, lead, int(form[5:]), k)
         else:
-            ctype = "bool" if val.dtype == "bool" else "float"
+            ctype = storage_ctype(val.dtype)
             target = lead if drop else S
             inner = 1 if (not drop and varies_inner(val.shape, S, k)) else 0
             est = expanded_strides(val.shape, val.strides, target)
@@ -418,7 +432,6 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
                 ops.append(("slot", slot_index[(o[1], form if p.fn != "red" else "keep")]))
             else:
                 ops.append(o)
-        dtype = "bool" if p.dtype == "bool" else "float"
         if p.fn == "cat":
             level[p.name], rpass[p.name] = "E", 0
             knodes.append(KNode(p.name, "cat", [], "E", "float", {"pieces": [
@@ -447,7 +460,7 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
         level[p.name] = lv
         rp = max([_operand_pass(o, knodes, rpass, level) for o in ops] + [0])
         rpass[p.name] = rp if lv == "R" else 0
-        knodes.append(KNode(p.name, p.fn, ops, lv, dtype, dict(p.attrs), rpass=rpass[p.name]))
+        knodes.append(_knode(p, ops, lv, rpass[p.name]))
     # outputs
     outputs: list[KOut] = []
     used_inplace: set = set()
@@ -456,10 +469,11 @@ def _plan(g: _Group, index: int, low: Lowered, users: dict, output_names: set, f
         if not outside and p.name not in output_names:
             continue
         lv = level[p.name]
-        out = KOut(p.name, lv, g.form.get(p.name) == "drop", "bool" if p.dtype == "bool" else "float")
+        out = KOut(p.name, lv, g.form.get(p.name) == "drop", storage_ctype(p.dtype))
         if lv == "E" and out.dtype == "float":
             for s in slots:
-                if (s.kind == "tensor" and s.inner == 1 and s.mode == "rowmajor" and s.value in fresh_single_use
+                if (s.kind == "tensor" and s.ctype == "float" and s.inner == 1 and s.mode == "rowmajor"
+                        and s.value in fresh_single_use
                         and s.piece_w is None
                         and s.index not in used_inplace and users.get(s.value, set()) <= members
                         and s.value not in output_names and tuple(values[s.value].shape) == S):
@@ -497,7 +511,7 @@ def _piece_leaves(pc: dict) -> list[str]:
 def _piece_slot(index: int, v: str, val, lead: tuple, w: int, k: int) -> Slot:
     """A slot read inside a cat piece: rows of width w, so rows are located through strides (not r * cols)."""
     T = tuple(lead) + (w,)
-    ctype = "bool" if val.dtype == "bool" else "float"
+    ctype = storage_ctype(val.dtype)
     inner = 1 if varies_inner(val.shape, T, k) else 0
     lead_st = expanded_strides(val.shape, val.strides, T)[:len(lead)]
     if all(st == 0 or lead[i] == 1 for i, st in enumerate(lead_st)):
@@ -519,8 +533,7 @@ def _piece_plan(pc: dict, slot_index: dict) -> dict:
             return o
         return ("node", o[1]) if o[1] in inside else ("slot", slot_index[(o[1], form)])
 
-    nodes = [KNode(q.name, q.fn, [op(o) for o in q.operands], "E", "bool" if q.dtype == "bool" else "float",
-                   dict(q.attrs)) for q in pc["prims"]]
+    nodes = [_knode(q, [op(o) for o in q.operands], "E") for q in pc["prims"]]
     return {"lo": pc["lo"], "w": pc["w"], "nodes": nodes, "root": op(pc["root"])}
 
 

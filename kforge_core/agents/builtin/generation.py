@@ -169,7 +169,8 @@ class BuiltinGenerationAgent:
         except TraceFailed as e:
             return GenerationResult(program=None, error=f"cannot trace the problem: {e}")
         try:
-            low = lower(desc, conservative=sched.conservative, fuse_cat=backend.fuses_cat)
+            low = lower(desc, conservative=sched.conservative, fuse_cat=backend.fuses_cat,
+                        halves=backend.half_dtypes)
         except CannotEmit as e:
             return GenerationResult(program=None, error=f"cannot synthesize this module: {e}")
         plan = build_plan(low, fuse=sched.fuse)

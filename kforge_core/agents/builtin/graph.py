@@ -28,8 +28,9 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
     """One lowering of one description. The mixins hold the per-operator lowerings; they share the state set up
     here (`values`, `items`, `names`, `counted`, `labels`, ...) rather than passing it around."""
 
-    def __init__(self, desc: dict, conservative: bool = False, fuse_cat: bool = True):
+    def __init__(self, desc: dict, conservative: bool = False, fuse_cat: bool = True, halves: tuple = ()):
         self.desc = desc
+        self.halves = tuple(halves)  # half-precision dtypes the target's writer reads, writes and rounds to
         self.conservative = conservative  # keep reductions in PyTorch (a fallback after a failed candidate)
         self.fuse_cat = fuse_cat  # the target's writer evaluates `cat` primitives (last-dim concatenation)
         self.nodes = desc["nodes"]
@@ -92,8 +93,9 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
             name = self.aliases.get(a["n"], a["n"])
             v = self.values[name]
             if v.kind == "t":
-                if v.dtype not in KERNEL_DTYPES:
-                    raise Unsupported(f"{name} is {v.dtype}; the kernels handle float32 (and bool masks)")
+                if v.dtype not in KERNEL_DTYPES + self.halves:
+                    have = "float32" + "".join(f", {h}" for h in self.halves)
+                    raise Unsupported(f"{name} is {v.dtype}; the kernels handle {have} (and bool masks)")
                 return ("v", name)
             if v.kind == "s" and v.dtype in ("float", "int", "bool"):
                 return ("v", name)
@@ -244,7 +246,8 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
             if value.kind != "t":
                 raise Unsupported(f"{cname} returns a {value.kind}")
             if cname in CASTS:
-                raise Unsupported("dtype conversions stay in PyTorch")
+                self._cast(n, cname)
+                return
             if n["target"] and str(n["target"]).endswith("_") and n["op"] == "call_method":
                 raise Unsupported("in-place methods stay in PyTorch")
             if bound.get("inplace") is True:
@@ -264,6 +267,30 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
         except Unsupported as e:
             self._keep(n, str(e))
 
+    def _cast(self, n: dict, cname: str) -> None:
+        """A conversion between float32 and a half-precision dtype the writer handles becomes a `cast` primitive:
+        widening is exact, narrowing rounds (the primitive's dtype says to what). Anything else stays in PyTorch."""
+        name = n["name"]
+        args, kwargs = list(n.get("args", [])), dict(n.get("kwargs", {}))
+        what = (FLOAT,) + self.halves
+        if not self.halves:
+            raise Unsupported("dtype conversions stay in PyTorch (this target's kernels hold float32 only)")
+        extra = args[1:] + [v for k, v in kwargs.items() if k not in ("copy", "non_blocking")]
+        if cname not in ("float", "half", "bfloat16", "to", "type", "_to_copy") or not args or len(extra) > 1 or \
+                any(not (isinstance(a, dict) and set(a) == {"dtype"}) for a in extra):
+            raise Unsupported("conversions other than to a dtype (device, memory format, like a tensor) stay in "
+                              "PyTorch")
+        src, out = self.val(args[0]), self.values[name]
+        if not src.is_tensor or src.dtype not in what + ("bool",) or out.dtype not in what or \
+                tuple(src.shape) != out.shape:
+            raise Unsupported(f"conversion from {src.dtype or 'a non-tensor'} to {out.dtype} (the kernels convert "
+                              f"between {', '.join(what)}, and from bool)")
+        if src.dtype == out.dtype:
+            raise Unsupported("a conversion to the dtype it already has returns its input; it stays in PyTorch")
+        self.items.append(Prim(name, "cast", [self.tensor_operand(args[0], "a converted value")], out.shape,
+                               out.dtype, name, label=cname))
+        self.counted[name] = "kernel"
+
     def _keep(self, n: dict, reason: str) -> None:
         label = self.labels.get(n["name"]) or (n.get("module") or {}).get("cls", "").lower() or str(n["target"])
         if n["op"] == "call_module":
@@ -278,5 +305,5 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
         self.kept_reasons[n["name"]] = reason
 
 
-def lower(desc: dict, conservative: bool = False, fuse_cat: bool = True) -> Lowered:
-    return Lowerer(desc, conservative, fuse_cat).lower()
+def lower(desc: dict, conservative: bool = False, fuse_cat: bool = True, halves: tuple = ()) -> Lowered:
+    return Lowerer(desc, conservative, fuse_cat, halves).lower()

@@ -61,7 +61,7 @@ class Prim:
     fn: str  # elementwise function name, or "red"
     operands: list  # ("v", name) | ("c", number) | ("cols", k): the row length minus k, as a float
     shape: tuple
-    dtype: str  # "float32" | "bool"
+    dtype: str  # "float32" | "bool" | "bfloat16" | "float16" (a half dtype: computed in float32, then rounded)
     origin: str  # the traced node this came from
     attrs: dict = field(default_factory=dict)
     red: dict | None = None  # {"op": sum|mean|max|min, "k": int, "keepdim": bool, "in_shape": tuple}

@@ -6,9 +6,31 @@ a scaling mul then the add); the intermediate values get synthetic names.
 
 from __future__ import annotations
 
+import math
+import struct
+
 from .args import Arg
 from .ir import FLOAT, KERNEL_DTYPES, Prim, Unsupported, Value
 from .operators import COMPARE, UNARY
+
+
+def _round_to(c, dtype: str):
+    """A Python number as PyTorch converts it to a tensor's bf16/fp16 dtype: to float32, then round to nearest
+    even (bools stay bools)."""
+    if isinstance(c, bool) or math.isnan(float(c)):
+        return c
+    try:
+        f32 = struct.unpack("<f", struct.pack("<f", float(c)))[0]
+    except OverflowError:
+        return math.copysign(math.inf, float(c))
+    if dtype == "float16":
+        try:
+            return struct.unpack("<e", struct.pack("<e", f32))[0]
+        except OverflowError:
+            return math.copysign(math.inf, f32)
+    u = struct.unpack("<I", struct.pack("<f", f32))[0]
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return struct.unpack("<f", struct.pack("<I", u & 0xFFFFFFFF))[0]
 
 
 class PointwiseLowering:
@@ -17,14 +39,44 @@ class PointwiseLowering:
     def _pointwise(self, n: dict, cname: str, b: dict) -> None:
         name = n["name"]
         out = self.values[name]
-        if out.dtype not in KERNEL_DTYPES:
-            raise Unsupported(f"output dtype {out.dtype}")
+        if out.dtype not in KERNEL_DTYPES + self.halves:
+            raise Unsupported(f"output dtype {out.dtype} (this target's kernels write "
+                              f"{', '.join(KERNEL_DTYPES[:1] + self.halves)} and bool)")
         prims = self._pw_prims(name, cname, b, out)
+        if any(self.values[d].dtype in self.halves for p in prims for d in p.deps):
+            prims = self._half_prims(name, cname, b, prims)
         for p in prims:
             p.origin = name
             p.label = p.label or cname
             self.items.append(p)
         self.counted[name] = "kernel"
+
+    def _half_prims(self, name: str, cname: str, b: dict, prims: list[Prim]) -> list[Prim]:
+        """PyTorch's semantics for an operator over bf16/fp16 tensors: it computes in float32 and rounds the result
+        once (the last primitive; the node's own intermediates stay float32), so a `Prim` of a half dtype is
+        rounded to it. Python-number operands of add/sub and of comparisons are first rounded to the tensors' dtype
+        (mul/div keep them in float32, as PyTorch does). Where PyTorch does otherwise, the operator stays in it."""
+        own = {p.name for p in prims}
+        ext = [self.values[d] for p in prims for d in p.deps if d not in own]
+        halves = {v.dtype for v in ext if v.dtype in self.halves}
+        if len(halves) > 1:
+            raise Unsupported(f"{cname} mixing {' and '.join(sorted(halves))} stays in PyTorch")
+        half = halves.pop()
+        if any(v.is_tensor and v.dtype == FLOAT and not v.shape for v in ext):
+            raise Unsupported(f"a float32 0-dim tensor in a {half} operator is first cast to {half}; it stays in "
+                              f"PyTorch")
+        if len(prims) > 1 and cname in ("add", "sub", "rsub"):
+            raise Unsupported(f"{cname} with alpha on {half} stays in PyTorch (it rounds differently)")
+        if cname in ("add", "sub", "rsub") or cname in COMPARE:
+            if any(not v.is_tensor for v in ext):
+                raise Unsupported(f"a Python number read at run time in a {half} {cname} stays in PyTorch")
+            for p in prims:
+                p.operands = [("c", _round_to(o[1], half)) if o[0] == "c" else o for o in p.operands]
+        for p in prims[:-1]:
+            if p.dtype in self.halves:
+                p.dtype = FLOAT
+                self.values[p.name] = Value("t", p.shape, FLOAT, self.values[p.name].strides, True)
+        return prims
 
     def _cat(self, n: dict, b: dict) -> None:
         """`torch.cat` along the last dimension becomes one `cat` primitive: column c of the output is piece i at
