@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 
 from . import codegen_cpu, emit
-from .fusion import ProgramPlan
+from .plans import ProgramPlan
 from .schedule import Schedule
 
 

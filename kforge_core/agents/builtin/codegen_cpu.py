@@ -13,7 +13,7 @@ Schedule knobs and what they change in the emitted code:
 from __future__ import annotations
 
 from .exprs import RowProgram, cat_lines, flit, half_math, load, node_expr, row_program, store, value_ctype
-from .fusion import KernelPlan
+from .plans import KernelPlan
 from .schedule import Schedule
 
 SCALAR_MATH = r"""

@@ -20,7 +20,7 @@ from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_PRELUDE
 from .exprs import cat_lines, flit, half_math, has_cat, load, node_expr, row_program, store, value_ctype
-from .fusion import KernelPlan
+from .plans import KernelPlan
 from .schedule import Schedule
 
 _OPS = {"sum": 0, "mean": 0, "max": 1, "min": 2}

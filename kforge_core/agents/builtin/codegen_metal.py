@@ -12,7 +12,7 @@ from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
 from .codegen_cuda import IDENT, CudaEmitter
 from .exprs import row_program
-from .fusion import KernelPlan
+from .plans import KernelPlan
 from .schedule import Schedule
 
 METAL_PRELUDE = r"""

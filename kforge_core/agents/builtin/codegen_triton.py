@@ -12,7 +12,7 @@ from . import emit
 from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
 from .exprs import flit, row_program
-from .fusion import KernelPlan
+from .plans import KernelPlan
 from .schedule import Schedule
 
 TRITON_TEMPLATES = {

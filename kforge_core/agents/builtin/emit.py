@@ -7,8 +7,8 @@ import ast
 import keyword
 import re
 
-from .fusion import KernelPlan, ProgramPlan
 from .graph import Py, py_name
+from .plans import KernelPlan, ProgramPlan
 
 HELPERS = '''
 KF_META = {}

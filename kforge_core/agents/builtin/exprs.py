@@ -10,7 +10,7 @@ import math
 import struct
 from dataclasses import dataclass, field
 
-from .fusion import HALF_CTYPES, KernelPlan, KNode
+from .plans import HALF_CTYPES, KernelPlan, KNode
 
 C_TEMPLATES = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",

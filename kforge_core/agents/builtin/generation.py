@@ -16,8 +16,9 @@ import time
 
 from ..base import GenerationRequest, GenerationResult, TokenSink, Usage
 from .backends import Target, select_backend, target_info
-from .fusion import ProgramPlan, build_plan
+from .fusion import build_plan
 from .graph import CannotEmit, lower
+from .plans import ProgramPlan
 from .schedule import LABEL, MOVE_TITLES, Schedule, marker_line, order_for, read_marker
 from .trace import TraceFailed, trace_problem
 
