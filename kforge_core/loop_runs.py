@@ -32,11 +32,9 @@ from .loop_engine import Synthesis
 from .loop_events import LoopEvent
 from .loop_types import CANCELLED_ITERATION_STATUS, STOPPED
 from .platform import REPO_ROOT
-from .store import RunStore, TokenBuffer, open_store, resolve_db_path
+from .store import TOKEN_FLUSH_S, TOKEN_MAX_CHARS, RunStore, TokenBuffer, open_store, resolve_db_path
 
 HEARTBEAT_S = 5.0  # well inside mark_interrupted_runs' default 60 s staleness
-TOKEN_MAX_CHARS = 1024  # streamed text is written as one `tokens` event per this many characters at the most,
-TOKEN_FLUSH_S = 0.25  # or once its oldest character has waited this long (also while the model is silent)
 CANCEL_POLL_S = 0.5
 ENV_API_KEY = "OPENAI_API_KEY"
 ENV_RUN_BASE_URL = "KFORGE_RUN_BASE_URL"  # the unredacted base URL, for a worker (the store keeps it redacted)

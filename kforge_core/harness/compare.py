@@ -103,11 +103,12 @@ def _compare_tensor(g: torch.Tensor, w: torch.Tensor, policy: TolerancePolicy, l
                 first_bad = lo + int(bad.nonzero()[0])
             continue
         diff = (g64 - w64).abs()
-        limit = tol.atol + tol.rtol * w64.abs()
+        mag = w64.abs()
+        limit = tol.atol + tol.rtol * mag
         max_abs = max(max_abs, float(diff.max()))
-        max_rel = max(max_rel, float((diff / w64.abs().clamp_min(max(tol.atol, 1e-12))).max()))
+        max_rel = max(max_rel, float((diff / mag.clamp_min(max(tol.atol, 1e-12))).max()))
         sq_err += float((diff * diff).sum())
-        sq_ref += float((w64.abs() ** 2).sum())
+        sq_ref += float((mag * mag).sum())
         over = diff > limit
         no = int(over.sum())
         if no:

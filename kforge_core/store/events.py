@@ -65,6 +65,11 @@ class EventKind(StrEnum):
 
 EVENT_KINDS = frozenset(k.value for k in EventKind)
 
+# streamed text becomes one `tokens` event per this many characters at the most, or once its oldest character has
+# waited this long
+TOKEN_MAX_CHARS = 1024
+TOKEN_FLUSH_S = 0.25
+
 # kind -> the RunStore method that appends it
 STORE_OWNED_KINDS = {
     EventKind.RUN_CREATED: "create_run",
@@ -126,7 +131,7 @@ class EventsMixin(StoreBase):
         return self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?", [run_id]).fetchone()[0]
 
     def token_buffer(self, run_id: str, iteration: int | None = None, extra: dict[str, Any] | None = None,
-                     max_chars: int = 1024, max_interval_s: float = 0.25,
+                     max_chars: int = TOKEN_MAX_CHARS, max_interval_s: float = TOKEN_FLUSH_S,
                      clock: Callable[[], float] = time.monotonic) -> TokenBuffer:
         """A buffered appender of `tokens` events; use it as a context manager so the tail is flushed."""
         self._require_run(run_id)

@@ -128,6 +128,27 @@ class CudaEmitter:
             else:
                 self.w(d, f"acc_{r} = {src} < acc_{r} ? {src} : acc_{r};")
 
+    def vec4_body(self, d, loop, load) -> None:
+        """The body of a float4 loop at index c4: each slot's float4 from `load(slot)`, the loop's values per lane,
+        reductions, and float4 stores of its outputs."""
+        for si in loop.slots:
+            self.w(d, f"const float4 X{si} = {load(si)};")
+        for j in loop.outputs:
+            self.w(d, f"float4 Y{j};")
+        for lane in "xyzw":
+            self.w(d, "{")
+            for si in loop.slots:
+                self.w(d + 1, f"const float x{si} = X{si}.{lane};")
+            for name in loop.compute:
+                n = self.by[name]
+                self.w(d + 1, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
+            self.reduce(d + 1, loop)
+            for j in loop.outputs:
+                self.w(d + 1, f"Y{j}.{lane} = {self.var(self.plan.outputs[j].node)};")
+            self.w(d, "}")
+        for j in loop.outputs:
+            self.w(d, f"reinterpret_cast<float4*>(q{j})[c4] = Y{j};")
+
     def vec4_ok(self, loop) -> str:
         """Condition under which a loop may use float4 accesses: every row pointer it touches is 16-byte aligned."""
         ptrs = [f"p{si}" for si in loop.slots if self.plan.slots[si].ctype == "float"]
@@ -302,24 +323,8 @@ def _cached_loop(e: CudaEmitter, d: int, loop, cached: list[int]) -> None:
     e.w(d, f"for (int k = 0; k < {_cache_k(cached)}; ++k) {{")
     e.w(d + 1, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
     e.w(d + 1, "if (c4 < cols / 4) {")
-    for si in loop.slots:
-        src = f"C{si}[k]" if si in cached else f"reinterpret_cast<const float4*>(p{si})[c4]"
-        e.w(d + 2, f"const float4 X{si} = {src};")
-    for j in loop.outputs:
-        e.w(d + 2, f"float4 Y{j};")
-    for lane in "xyzw":
-        e.w(d + 2, "{")
-        for si in loop.slots:
-            e.w(d + 3, f"const float x{si} = X{si}.{lane};")
-        for name in loop.compute:
-            n = e.by[name]
-            e.w(d + 3, f"const {n.dtype} {e.var(name)} = {node_expr(n, e.operand)};")
-        e.reduce(d + 3, loop)
-        for j in loop.outputs:
-            e.w(d + 3, f"Y{j}.{lane} = {e.var(e.plan.outputs[j].node)};")
-        e.w(d + 2, "}")
-    for j in loop.outputs:
-        e.w(d + 2, f"reinterpret_cast<float4*>(q{j})[c4] = Y{j};")
+    e.vec4_body(d + 2, loop, lambda si: f"C{si}[k]" if si in cached else
+                f"reinterpret_cast<const float4*>(p{si})[c4]")
     e.w(d + 1, "}")
     e.w(d, "}")
 
@@ -335,23 +340,7 @@ def _cuda_loop(e: CudaEmitter, d: int, loop, lo: str, hi: str, unroll: str | Non
         if unroll:
             e.w(d + 1, unroll)
         e.w(d + 1, f"for (long long c4 = {lo} / 4 + threadIdx.x; c4 < {hi} / 4; c4 += blockDim.x) {{")
-        for si in loop.slots:
-            e.w(d + 2, f"const float4 X{si} = reinterpret_cast<const float4*>(p{si})[c4];")
-        for j in loop.outputs:
-            e.w(d + 2, f"float4 Y{j};")
-        for lane in "xyzw":
-            e.w(d + 2, "{")
-            for si in loop.slots:
-                e.w(d + 3, f"const float x{si} = X{si}.{lane};")
-            for name in loop.compute:
-                n = e.by[name]
-                e.w(d + 3, f"const {n.dtype} {e.var(name)} = {node_expr(n, e.operand)};")
-            e.reduce(d + 3, loop)
-            for j in loop.outputs:
-                e.w(d + 3, f"Y{j}.{lane} = {e.var(e.plan.outputs[j].node)};")
-            e.w(d + 2, "}")
-        for j in loop.outputs:
-            e.w(d + 2, f"reinterpret_cast<float4*>(q{j})[c4] = Y{j};")
+        e.vec4_body(d + 2, loop, lambda si: f"reinterpret_cast<const float4*>(p{si})[c4]")
         e.w(d + 1, "}")
         e.w(d, "} else {")
         d += 1
