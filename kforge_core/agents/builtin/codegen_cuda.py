@@ -1,14 +1,17 @@
 """CUDA C++ candidate writer, compiled through NVRTC (`platforms.cuda.compile_cuda`).
 
 Same kernel plans as the CPU writer (row space, element- and row-level values, reduction passes); the schedule
-knobs mean: elementwise kernels run (row, chunk) tasks over a grid-stride loop of thread blocks. Row kernels start
-with one thread per row; `parallelize_rows` gives each row a thread block (block-wide reductions through shared
-memory); `warp_reduce` reduces with warp shuffles first; `vectorize` uses float4 loads/stores on rows whose
-pointers are 16-byte aligned and whose length is a multiple of 4; `block_shape` gives elementwise threads 8
-float4s per task and row kernels up to 1024 threads plus a register cache of the row (read from memory once,
-however many passes; up to 16 elements a thread, 32 with one cached operand); `unroll` adds
-`#pragma unroll 4`. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row per
-y), row kernels get about 16 elements a thread, so neither leaves most of a block idle.
+knobs mean: elementwise kernels run (row, chunk) tasks, one thread block per task on rows of at least a chunk and
+over a grid-stride loop on shorter ones. Row kernels start with one thread per row; `parallelize_rows` gives each
+row a thread block (block-wide reductions through shared memory); `warp_reduce` reduces with warp shuffles first;
+`vectorize` uses 4-element loads/stores (float4; 8 bytes of bf16/fp16 widened to a float4; 4 bools) on rows whose
+pointers are aligned for them and whose length is a multiple of 4, a `cat` reading its pieces lane by lane;
+`block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads plus a register
+cache of the row (read from memory once, however many passes; up to 16 elements a thread, 32 with one cached
+operand); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
+computing any. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row per y),
+row kernels get about 16 elements a thread, so neither leaves most of a block idle. Kernel pointers are
+`__restrict__` (every output is a fresh tensor); bf16/fp16 rounding uses the hardware `cvt` on sm_80+.
 
 `CudaEmitter` (the C-like statement writer) and `IDENT` are shared with the Metal writer.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 from . import emit
 from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
-from .cuda_prelude import CUDA_HALF_BITS, CUDA_PRELUDE
+from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
 from .exprs import cat_lines, flit, half_math, has_cat, load, node_expr, row_program, store, value_ctype
 from .plans import KernelPlan
 from .schedule import Schedule
@@ -37,8 +40,14 @@ def cuda_chunk(sched: Schedule) -> int:
     return 8192 if sched.block else 1024
 
 
+UNROLL = 4  # vectors loaded per operand, back to back, before any is used (the `unroll` move's vector path)
 ROW_CACHE_K = 4  # float4s per thread per operand in the register row cache (16 elements)
 ROW_CACHE_K_ONE = 8  # with a single cached operand: 32 elements a thread, rows up to 32768 in a 1024-thread block
+
+
+# 4-element vector access per storage type: the register type a load gives, and the alignment it needs
+_VTYPE = {"float": "float4", "kf_bf16": "float4", "kf_f16": "float4", "bool": "uchar4"}
+_VALIGN = {"float": 16, "kf_bf16": 8, "kf_f16": 8, "bool": 4}
 
 
 def _cache_k(cached: list[int]) -> int:
@@ -48,7 +57,10 @@ def _cache_k(cached: list[int]) -> int:
 def _cuda_signature(plan: KernelPlan) -> list[tuple[str, str]]:
     out = []
     for decl, role in cpu_signature(plan, Schedule()):
-        out.append((decl.replace("int64_t", "long long").replace("uint16_t", "unsigned short"), role))
+        decl = decl.replace("int64_t", "long long").replace("uint16_t", "unsigned short")
+        # every output is a fresh tensor, so no pointer aliases one that is written: loads may be reordered past
+        # stores and take the read-only path
+        out.append((decl.replace("* ", "* __restrict__ "), role))
     return out
 
 
@@ -128,36 +140,62 @@ class CudaEmitter:
             else:
                 self.w(d, f"acc_{r} = {src} < acc_{r} ? {src} : acc_{r};")
 
+    def vload(self, si: int, idx: str) -> str:
+        """The float4 (four row elements from `idx * 4`) of slot `si`: one 16-byte load for float, one 8-byte load
+        widened lane by lane for bf16/fp16."""
+        ctype = self.plan.slots[si].ctype
+        if ctype == "float":
+            return f"reinterpret_cast<const float4*>(p{si})[{idx}]"
+        if ctype == "bool":
+            return f"reinterpret_cast<const uchar4*>(p{si})[{idx}]"
+        return f"kf_ld4_{ctype[3:]}(reinterpret_cast<const uint2*>(p{si})[{idx}])"
+
+    def vstore(self, j: int, idx: str, value: str) -> str:
+        dtype = self.plan.outputs[j].dtype
+        if dtype == "float":
+            return f"reinterpret_cast<float4*>(q{j})[{idx}] = {value};"
+        return f"reinterpret_cast<uint2*>(q{j})[{idx}] = kf_st4_{dtype[3:]}({value});"
+
     def vec4_body(self, d, loop, load) -> None:
         """The body of a float4 loop at index c4: each slot's float4 from `load(slot)`, the loop's values per lane,
-        reductions, and float4 stores of its outputs."""
+        reductions, and float4 stores of its outputs. A `cat` reads its pieces lane by lane at the lane's column."""
         for si in loop.slots:
-            self.w(d, f"const float4 X{si} = {load(si)};")
+            self.w(d, f"const {_VTYPE[self.plan.slots[si].ctype]} X{si} = {load(si)};")
         for j in loop.outputs:
             self.w(d, f"float4 Y{j};")
-        for lane in "xyzw":
+        for i, lane in enumerate("xyzw"):
             self.w(d, "{")
             for si in loop.slots:
-                self.w(d + 1, f"const float x{si} = X{si}.{lane};")
+                if self.plan.slots[si].ctype == "bool":
+                    self.w(d + 1, f"const bool x{si} = X{si}.{lane} != 0;")
+                else:
+                    self.w(d + 1, f"const float x{si} = X{si}.{lane};")
             for name in loop.compute:
                 n = self.by[name]
+                if n.fn == "cat":
+                    for dd, text in cat_lines(n, self.plan, self.var, self.operand, col=f"(c4 * 4 + {i})"):
+                        self.w(d + 1 + dd, text)
+                    continue
                 self.w(d + 1, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
             self.reduce(d + 1, loop)
             for j in loop.outputs:
                 self.w(d + 1, f"Y{j}.{lane} = {self.var(self.plan.outputs[j].node)};")
             self.w(d, "}")
         for j in loop.outputs:
-            self.w(d, f"reinterpret_cast<float4*>(q{j})[c4] = Y{j};")
+            self.w(d, self.vstore(j, "c4", f"Y{j}"))
+
+    @staticmethod
+    def aligned(ptr: str, ctype: str) -> str:
+        return f"(((unsigned long long){ptr}) & {_VALIGN[ctype] - 1}) == 0"
 
     def vec4_ok(self, loop) -> str:
-        """Condition under which a loop may use float4 accesses: every row pointer it touches is 16-byte aligned."""
-        ptrs = [f"p{si}" for si in loop.slots if self.plan.slots[si].ctype == "float"]
-        ptrs += [f"q{j}" for j in loop.outputs if self.plan.outputs[j].dtype == "float"]
-        if has_cat(self.plan) or any(self.plan.slots[si].ctype != "float" for si in loop.slots) or any(
-                self.plan.outputs[j].dtype != "float" for j in loop.outputs) or not ptrs:
+        """Condition under which a loop may use 4-element accesses: the row length is a multiple of 4 and every row
+        pointer it reads or writes along the row is aligned for them (cat pieces are read per lane)."""
+        ptrs = [(f"p{si}", self.plan.slots[si].ctype) for si in loop.slots]
+        ptrs += [(f"q{j}", self.plan.outputs[j].dtype) for j in loop.outputs]
+        if not ptrs or any(t not in _VALIGN or (t == "bool" and p[0] == "q") for p, t in ptrs):
             return ""
-        conds = ["(cols & 3) == 0"] + [f"(((unsigned long long){p}) & 15) == 0" for p in ptrs]
-        return " && ".join(conds)
+        return " && ".join(["(cols & 3) == 0"] + [self.aligned(p, t) for p, t in ptrs])
 
 
 def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
@@ -183,7 +221,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         e.row_setup(3)
         e.row_nodes(3, prog.row_nodes_by_pass.get(0, []))
         for loop in prog.loops:
-            _cuda_loop(e, 3, loop, "c0", "c1", unroll)
+            _cuda_loop(e, 3, loop, "c0", "c1", unroll, batch=True)
         if any(o.level == "R" for o in plan.outputs):
             e.w(3, "if (c0 == 0 && threadIdx.x == 0) {")
             for j, o in enumerate(plan.outputs):
@@ -232,8 +270,8 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         if cached:
             k = _cache_k(cached)
             conds = ["(cols & 3) == 0", f"cols <= {4 * k} * (long long)blockDim.x"]
-            conds += [f"(((unsigned long long)p{si}) & 15) == 0" for si in _row_slots(prog)]
-            conds += [f"(((unsigned long long)q{j}) & 15) == 0" for j in sorted({j for lp in prog.loops
+            conds += [e.aligned(f"p{si}", plan.slots[si].ctype) for si in _row_slots(prog)]
+            conds += [e.aligned(f"q{j}", plan.outputs[j].dtype) for j in sorted({j for lp in prog.loops
                                                                                  for j in lp.outputs})]
             e.w(2, f"if ({' && '.join(conds)}) {{")
             e.w(3, "// the row is read from memory once, into registers; every pass reads the registers")
@@ -244,10 +282,10 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
             e.w(4, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
             e.w(4, "if (c4 < cols / 4) {")
             for si in cached:
-                e.w(5, f"C{si}[k] = reinterpret_cast<const float4*>(p{si})[c4];")
+                e.w(5, f"C{si}[k] = {e.vload(si, 'c4')};")
             e.w(4, "}")
             e.w(3, "}")
-            _row_passes(e, 3, prog, lambda d, loop: _cached_loop(e, d, loop, cached))
+            _row_passes(e, 3, prog, lambda d, loop: _cached_loop(e, d, loop, cached), sum_t="float")
             _row_outputs(e, 3)  # row values live inside each branch
             e.w(2, "} else {")
             _row_passes(e, 3, prog, lambda d, loop: _cuda_loop(e, d, loop, "0", "cols", unroll))
@@ -261,18 +299,21 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
     return "\n".join(e.lines) + "\n"
 
 
-def _row_passes(e: CudaEmitter, d: int, prog, loop_writer) -> None:
+def _row_passes(e: CudaEmitter, d: int, prog, loop_writer, sum_t: str = "double") -> None:
     """The passes of a block-per-row kernel: per pass, thread-local accumulators, the loop, a block reduction.
 
-    Sums accumulate in double (per thread and across the block): a float sum of a 32768-element row can differ
-    from PyTorch's by more than the fp32 tolerance on some rows, a double one only by PyTorch's own rounding."""
+    Sums are reduced across the block in double: a float sum of a 32768-element row can differ from PyTorch's by
+    more than the fp32 tolerance on some rows, a double one only by PyTorch's own rounding. Each thread's own
+    partial sum is a `sum_t`: float over the at most 32 elements a thread holds in the register row cache (a
+    float-to-double conversion and double add per element cost up to 18 % on an H200: logsumexp 1.30 -> 1.07 ms),
+    double when a thread streams a long row."""
     warp = "true" if e.sched.warp_reduce else "false"
     for loop in prog.loops:
         if loop.kind == "pass":
             for r in loop.reds:
                 op = e.by[r].red["op"]
                 if op in ("sum", "mean"):
-                    e.w(d, f"double acc_{r} = 0.0;")
+                    e.w(d, f"{sum_t} acc_{r} = 0;")
                 else:
                     e.w(d, f"float acc_{r} = {IDENT[op]};")
             loop_writer(d, loop)
@@ -306,9 +347,9 @@ def _row_cache_slots(e: CudaEmitter, prog) -> list[int] | None:
             reads[si] = reads.get(si, 0) + 1
     if not reads or max(reads.values()) < 2 or has_cat(e.plan):  # cat pieces index by column
         return None
-    if any(e.plan.slots[si].ctype != "float" for si in reads):
+    if any(_VTYPE.get(e.plan.slots[si].ctype) != "float4" for si in reads):  # float, or bf16/fp16 widened
         return None
-    if any(e.plan.outputs[j].dtype != "float" for lp in prog.loops for j in lp.outputs):
+    if any(_VTYPE.get(e.plan.outputs[j].dtype) != "float4" for lp in prog.loops for j in lp.outputs):
         return None
     return sorted(si for si, n in reads.items() if n >= 2)  # read once (a weight in the last pass): from memory
 
@@ -323,25 +364,47 @@ def _cached_loop(e: CudaEmitter, d: int, loop, cached: list[int]) -> None:
     e.w(d, f"for (int k = 0; k < {_cache_k(cached)}; ++k) {{")
     e.w(d + 1, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
     e.w(d + 1, "if (c4 < cols / 4) {")
-    e.vec4_body(d + 2, loop, lambda si: f"C{si}[k]" if si in cached else
-                f"reinterpret_cast<const float4*>(p{si})[c4]")
+    e.vec4_body(d + 2, loop, lambda si: f"C{si}[k]" if si in cached else e.vload(si, "c4"))
     e.w(d + 1, "}")
     e.w(d, "}")
 
 
-def _cuda_loop(e: CudaEmitter, d: int, loop, lo: str, hi: str, unroll: str | None, vector: bool = True) -> None:
-    """A block-stride loop over [lo, hi); with `vectorize`, a float4 path when the row's pointers allow it.
+def _cuda_loop(e: CudaEmitter, d: int, loop, lo: str, hi: str, unroll: str | None, batch: bool = False) -> None:
+    """A block-stride loop over [lo, hi); with `vectorize`, a 4-element path when the row's pointers allow it.
 
-    Reduction passes take the float4 path too: one 4-byte load in flight per thread leaves a reduction at about
-    half of the measured bandwidth on an H200 (57 % for a row max), 16-byte loads keep enough bytes in flight."""
-    cond = e.vec4_ok(loop) if (vector and e.sched.vectorize) else ""
+    Reduction passes take the vector path too: one 4-byte load in flight per thread leaves a reduction at about
+    half of the measured bandwidth on an H200 (57 % for a row max), 16-byte loads keep enough bytes in flight.
+    With `batch` (elementwise kernels under `unroll`), the vector path loads UNROLL vectors per operand before
+    computing any, so each thread keeps UNROLL loads in flight. Row kernels do not batch: their arrays would add
+    to the register row cache's in one kernel capped at 64 registers a thread (1024-thread blocks), and the
+    spills cost more than the batching gains (LayerNorm 1.12 -> 3.19 ms on an H200)."""
+    cond = e.vec4_ok(loop) if e.sched.vectorize else ""
     if cond:
         e.w(d, f"if ({cond}) {{")
-        if unroll:
-            e.w(d + 1, unroll)
-        e.w(d + 1, f"for (long long c4 = {lo} / 4 + threadIdx.x; c4 < {hi} / 4; c4 += blockDim.x) {{")
-        e.vec4_body(d + 2, loop, lambda si: f"reinterpret_cast<const float4*>(p{si})[c4]")
-        e.w(d + 1, "}")
+        if unroll and batch:
+            e.w(d + 1, f"for (long long c4b = {lo} / 4 + threadIdx.x; c4b < {hi} / 4; "
+                       f"c4b += {UNROLL} * (long long)blockDim.x) {{")
+            for si in loop.slots:
+                e.w(d + 2, f"{_VTYPE[e.plan.slots[si].ctype]} B{si}[{UNROLL}];")
+            for part in ("load", "compute"):
+                e.w(d + 2, "#pragma unroll")
+                e.w(d + 2, f"for (int u = 0; u < {UNROLL}; ++u) {{")
+                e.w(d + 3, "const long long c4 = c4b + u * (long long)blockDim.x;")
+                e.w(d + 3, f"if (c4 < {hi} / 4) {{")
+                if part == "load":
+                    for si in loop.slots:
+                        e.w(d + 4, f"B{si}[u] = {e.vload(si, 'c4')};")
+                else:
+                    e.vec4_body(d + 4, loop, lambda si: f"B{si}[u]")
+                e.w(d + 3, "}")
+                e.w(d + 2, "}")
+            e.w(d + 1, "}")
+        else:
+            if unroll:
+                e.w(d + 1, unroll)
+            e.w(d + 1, f"for (long long c4 = {lo} / 4 + threadIdx.x; c4 < {hi} / 4; c4 += blockDim.x) {{")
+            e.vec4_body(d + 2, loop, lambda si: e.vload(si, "c4"))
+            e.w(d + 1, "}")
         e.w(d, "} else {")
         d += 1
     if unroll:
@@ -361,11 +424,15 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> list[st
         call.append(args[kind] if not idx else args[f"{kind}:{idx}"])
     threads = cuda_threads(plan, sched)
     if plan.npasses == 0:
-        # x: a power of two covering the row in float4s (at least a warp); y: rows sharing the block
-        lines.append(f"tx = min({threads}, max(32, 1 << max(0, (cols + 3) // 4 - 1).bit_length()))")
+        # x: a power of two covering the row in float4s (at least a warp), or in batches of UNROLL float4s under
+        # `unroll` (a 128-wide row: 8 threads, each with 4 float4s in flight); y: rows sharing the block
+        per, least = (4 * UNROLL, 4) if (sched.unroll and sched.vectorize) else (4, 32)
+        lines.append(f"tx = min({threads}, max({least}, 1 << max(0, (cols + {per - 1}) // {per} - 1).bit_length()))")
         lines.append(f"ty = {threads} // tx")
         lines.append(f"tasks = ((rows + ty - 1) // ty) * ((cols + {cuda_chunk(sched) - 1}) // {cuda_chunk(sched)})")
-        lines.append("grid = max(1, min(tasks, self.kf_sms * 16))")
+        # rows of at least a chunk: one block per task (the block scheduler streams them, measured 3-6 % faster on an
+        # H200 than a grid-stride loop); short rows: a grid-stride loop, which keeps each block's row setup warm
+        lines.append(f"grid = max(1, min(tasks, {2**31 - 1} if cols >= {cuda_chunk(sched)} else self.kf_sms * 16))")
         block = "(tx, ty)"
     elif sched.parallel or sched.warp_reduce:
         # about 16 elements a thread: a short row does not leave most of a 1024-thread block idle at each barrier
@@ -389,6 +456,7 @@ class CudaBackend(Backend):
         # vectorized programs also take the fast exp (__expf, a few ulp: far inside the fp32 tolerance)
         fast = ["#define KF_FAST_MATH 1"] if sched.vectorize else []
         halves = half_math(plan.kernels, "__device__ __forceinline__", CUDA_HALF_BITS)
+        halves += [CUDA_HALF_VEC.strip()] if halves else []
         src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + [cuda_kernel(k, sched) for k in plan.kernels])
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
                 "self.kf_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count"]

@@ -2,9 +2,52 @@
 `__expf`), the strided row offset `kf_off`, and the warp- and block-wide reductions the row kernels call."""
 
 # the bit casts `exprs.HALF_MATH` (bf16/fp16 storage) is written over
+# and the hardware conversions (one cvt instead of a dozen integer ops; round to nearest even, as the bit version)
 CUDA_HALF_BITS = r"""
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ unsigned int kf_hw_bf16_bits(float f) {
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+#define KF_HW_BF16_BITS kf_hw_bf16_bits
+#endif
+#if __CUDA_ARCH__ >= 530
+__device__ __forceinline__ unsigned int kf_hw_f16_bits(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float kf_hw_f16_float(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+#define KF_HW_F16_BITS kf_hw_f16_bits
+#define KF_HW_F16_FLOAT kf_hw_f16_float
+#endif
 __device__ __forceinline__ unsigned int kf_as_uint(float f) { return __float_as_uint(f); }
 __device__ __forceinline__ float kf_as_float(unsigned int b) { return __uint_as_float(b); }
+"""
+
+# four bf16/fp16 values in one 8-byte word, widened to (or narrowed from) a float4, lane x in the low half
+CUDA_HALF_VEC = r"""
+__device__ __forceinline__ float4 kf_ld4_bf16(uint2 v) {
+    return make_float4(kf_ld_bf16((kf_bf16)(v.x & 0xffffu)), kf_ld_bf16((kf_bf16)(v.x >> 16)),
+                       kf_ld_bf16((kf_bf16)(v.y & 0xffffu)), kf_ld_bf16((kf_bf16)(v.y >> 16)));
+}
+__device__ __forceinline__ uint2 kf_st4_bf16(float4 f) {
+    return make_uint2((unsigned int)kf_st_bf16(f.x) | ((unsigned int)kf_st_bf16(f.y) << 16),
+                      (unsigned int)kf_st_bf16(f.z) | ((unsigned int)kf_st_bf16(f.w) << 16));
+}
+__device__ __forceinline__ float4 kf_ld4_f16(uint2 v) {
+    return make_float4(kf_ld_f16((kf_f16)(v.x & 0xffffu)), kf_ld_f16((kf_f16)(v.x >> 16)),
+                       kf_ld_f16((kf_f16)(v.y & 0xffffu)), kf_ld_f16((kf_f16)(v.y >> 16)));
+}
+__device__ __forceinline__ uint2 kf_st4_f16(float4 f) {
+    return make_uint2((unsigned int)kf_st_f16(f.x) | ((unsigned int)kf_st_f16(f.y) << 16),
+                      (unsigned int)kf_st_f16(f.z) | ((unsigned int)kf_st_f16(f.w) << 16));
+}
 """
 
 CUDA_PRELUDE = r"""
@@ -39,12 +82,32 @@ __device__ __forceinline__ float kf_floor(float x) { return floorf(x); }
 __device__ __forceinline__ float kf_ceil(float x) { return ceilf(x); }
 __device__ __forceinline__ float kf_rint(float x) { return rintf(x); }
 __device__ __forceinline__ float kf_trunc(float x) { return truncf(x); }
+// the offset of row r of an operand with these row dims and strides. Most operands are linear over their trailing
+// row dims and broadcast (stride 0) over the rest, so the offset is (r % n) * s with at most one division; the
+// general case divides once per dim (32-bit when the values fit: a 64-bit division costs tens of instructions)
+__device__ __forceinline__ bool kf_div_fits(long long r, long long n) { return ((unsigned long long)(r | n) >> 32) == 0; }
 __device__ __forceinline__ long long kf_off(long long r, const long long* shape, const long long* st, int nl) {
+    const long long s = st[nl - 1];
+    long long n = shape[nl - 1];
+    int d = nl - 2;
+    for (; d >= 0 && (shape[d] == 1 || st[d] == s * n); --d) n *= shape[d];
+    int e = d;
+    for (; e >= 0 && (shape[e] == 1 || st[e] == 0); --e) {}
+    if (e < 0) {
+        if (d < 0) return r * s;  // r < n: every row dim is in the linear run
+        return (kf_div_fits(r, n) ? (long long)((unsigned int)r % (unsigned int)n) : r % n) * s;
+    }
     long long off = 0;
-    for (int d = nl - 1; d >= 0; --d) {
-        const long long n = shape[d];
-        off += (r % n) * st[d];
-        r /= n;
+    for (d = nl - 1; d >= 0; --d) {
+        const long long m = shape[d];
+        if (kf_div_fits(r, m)) {
+            const unsigned int q = (unsigned int)r / (unsigned int)m;
+            off += (long long)((unsigned int)r - q * (unsigned int)m) * st[d];
+            r = q;
+        } else {
+            off += (r % m) * st[d];
+            r /= m;
+        }
     }
     return off;
 }

@@ -105,17 +105,25 @@ def node_expr(n: KNode, operand_code) -> str:
 HALF_ROUND = {"bfloat16": "kf_rbf16", "float16": "kf_rf16"}  # float -> float rounded to that type
 _HALF_LOAD = {c: "kf_ld_" + c[3:] for c in HALF_CTYPES.values()}  # kf_bf16 -> kf_ld_bf16
 _HALF_STORE = {c: "kf_st_" + c[3:] for c in HALF_CTYPES.values()}
+# a writer may define KF_HW_BF16_BITS / KF_HW_F16_BITS / KF_HW_F16_FLOAT to hardware conversions (same results)
 HALF_MATH = r"""
 typedef unsigned short kf_bf16;
 typedef unsigned short kf_f16;
 KF_HALF_FN unsigned int kf_bf16_bits(float f) {
+#ifdef KF_HW_BF16_BITS
+    return KF_HW_BF16_BITS(f);
+#else
     const unsigned int u = kf_as_uint(f);
     return (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
 }
 KF_HALF_FN float kf_ld_bf16(kf_bf16 h) { return kf_as_float(((unsigned int)h) << 16); }
 KF_HALF_FN kf_bf16 kf_st_bf16(float f) { return (kf_bf16)kf_bf16_bits(f); }
 KF_HALF_FN float kf_rbf16(float f) { return kf_as_float(kf_bf16_bits(f) << 16); }
 KF_HALF_FN unsigned int kf_f16_bits(float f) {
+#ifdef KF_HW_F16_BITS
+    return KF_HW_F16_BITS(f);
+#else
     const unsigned int a = kf_as_uint(f);
     const unsigned int sign = (a >> 16) & 0x8000u;
     const unsigned int u = a & 0x7fffffffu;
@@ -123,13 +131,18 @@ KF_HALF_FN unsigned int kf_f16_bits(float f) {
     const unsigned int sub = kf_as_uint(kf_as_float(u) + 0.5f) - 0x3f000000u;  // below 2^-14: the float add rounds
     const unsigned int nrm = (u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13;
     return (u >= 0x47800000u ? big : (u < 0x38800000u ? sub : nrm)) | sign;
+#endif
 }
 KF_HALF_FN float kf_ld_f16(kf_f16 h) {
+#ifdef KF_HW_F16_FLOAT
+    return KF_HW_F16_FLOAT(h);
+#else
     const unsigned int e = h & 0x7c00u;
     const unsigned int m = ((unsigned int)(h & 0x7fffu)) << 13;
     const float sub = kf_as_float(m + 0x38800000u) - 6.103515625e-05f;
     const float mag = e == 0x7c00u ? kf_as_float(m + 0x70000000u) : (e == 0u ? sub : kf_as_float(m + 0x38000000u));
     return kf_as_float(kf_as_uint(mag) | (((unsigned int)(h & 0x8000u)) << 16));
+#endif
 }
 KF_HALF_FN kf_f16 kf_st_f16(float f) { return (kf_f16)kf_f16_bits(f); }
 KF_HALF_FN float kf_rf16(float f) { return kf_ld_f16(kf_st_f16(f)); }
