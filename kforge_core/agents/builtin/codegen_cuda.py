@@ -21,6 +21,7 @@ from __future__ import annotations
 from . import emit
 from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
+from .cuda_launch import ROW_CACHE_K, ROW_CACHE_K_ONE, UNROLL, cuda_chunk, cuda_launch_lines
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
 from .exprs import cat_lines, flit, half_math, has_cat, load, node_expr, row_program, store, value_ctype
 from .plans import KernelPlan
@@ -28,21 +29,6 @@ from .schedule import Schedule
 
 _OPS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
 IDENT = {"sum": "0.0f", "mean": "0.0f", "max": "-INFINITY", "min": "INFINITY"}
-
-
-def cuda_threads(plan: KernelPlan, sched: Schedule) -> int:
-    """Threads per block: 256 for elementwise kernels (more work per thread keeps loads in flight), at most 1024 for
-    row kernels under `block_shape` (the run-time size is smaller for short rows)."""
-    return 1024 if (sched.block and plan.npasses) else 256
-
-
-def cuda_chunk(sched: Schedule) -> int:
-    return 8192 if sched.block else 1024
-
-
-UNROLL = 4  # vectors loaded per operand, back to back, before any is used (the `unroll` move's vector path)
-ROW_CACHE_K = 4  # float4s per thread per operand in the register row cache (16 elements)
-ROW_CACHE_K_ONE = 8  # with a single cached operand: 32 elements a thread, rows up to 32768 in a 1024-thread block
 
 
 # 4-element vector access per storage type: the register type a load gives, and the alignment it needs
@@ -416,36 +402,6 @@ def _cuda_loop(e: CudaEmitter, d: int, loop, lo: str, hi: str, unroll: str | Non
         e.w(d - 1, "}")
 
 
-def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> list[str]:
-    lines, args = emit.prep_lines(plan, names)
-    call = []
-    for _, role in _cuda_signature(plan):
-        kind, _, idx = role.partition(":")
-        call.append(args[kind] if not idx else args[f"{kind}:{idx}"])
-    threads = cuda_threads(plan, sched)
-    if plan.npasses == 0:
-        # x: a power of two covering the row in float4s (at least a warp), or in batches of UNROLL float4s under
-        # `unroll` (a 128-wide row: 8 threads, each with 4 float4s in flight); y: rows sharing the block
-        per, least = (4 * UNROLL, 4) if (sched.unroll and sched.vectorize) else (4, 32)
-        lines.append(f"tx = min({threads}, max({least}, 1 << max(0, (cols + {per - 1}) // {per} - 1).bit_length()))")
-        lines.append(f"ty = {threads} // tx")
-        lines.append(f"tasks = ((rows + ty - 1) // ty) * ((cols + {cuda_chunk(sched) - 1}) // {cuda_chunk(sched)})")
-        # rows of at least a chunk: one block per task (the block scheduler streams them, measured 3-6 % faster on an
-        # H200 than a grid-stride loop); short rows: a grid-stride loop, which keeps each block's row setup warm
-        lines.append(f"grid = max(1, min(tasks, {2**31 - 1} if cols >= {cuda_chunk(sched)} else self.kf_sms * 16))")
-        block = "(tx, ty)"
-    elif sched.parallel or sched.warp_reduce:
-        # about 16 elements a thread: a short row does not leave most of a 1024-thread block idle at each barrier
-        lines.append(f"threads = min({threads}, max(32, 1 << max(0, cols // {4 * ROW_CACHE_K} - 1).bit_length()))")
-        lines.append("grid = max(1, min(rows, self.kf_sms * (2048 // threads) * 2))")
-        block = "(threads,)"
-    else:
-        lines.append(f"grid = max(1, (rows + {threads - 1}) // {threads})")
-        block = f"({threads},)"
-    lines.append(f"self.kf_mod.{plan.name}(grid=(grid,), block={block}, args=({', '.join(call)},))")
-    return lines
-
-
 class CudaBackend(Backend):
     kind = "cuda-nvrtc"
     device_type = "cuda"
@@ -463,4 +419,4 @@ class CudaBackend(Backend):
         return emit.candidate(plan, desc, header=header, marker=marker,
                               imports=[f"from {target.module} import compile_cuda"], source_name="SOURCE",
                               source_text=src, init_tail=tail,
-                              launch=lambda kp, names: cuda_launch_lines(kp, names, sched))
+                              launch=lambda kp, names: cuda_launch_lines(kp, names, sched, _cuda_signature))
