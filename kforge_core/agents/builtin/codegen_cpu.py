@@ -179,7 +179,10 @@ def signature(plan: KernelPlan, sched: Schedule) -> list[tuple[str, str]]:
     return params
 
 
-class _Emitter:
+class CEmitter:
+    """The C-like statement writer: per-row pointers and values, row-level nodes. The CUDA writer (and through it
+    the Metal one) extends it."""
+
     def __init__(self, plan: KernelPlan, sched: Schedule):
         self.plan = plan
         self.sched = sched
@@ -194,7 +197,7 @@ class _Emitter:
     def var(name: str) -> str:
         return "v_" + name.replace(".", "_")
 
-    def operand(self, o, in_loop: bool) -> str:
+    def operand(self, o, in_loop: bool = False) -> str:
         if o[0] == "slot":
             s = self.plan.slots[o[1]]
             if s.kind == "scalar":
@@ -276,7 +279,7 @@ class _Emitter:
 
 
 def kernel(plan: KernelPlan, sched: Schedule) -> str:
-    e = _Emitter(plan, sched)
+    e = CEmitter(plan, sched)
     params = ", ".join(decl for decl, _ in signature(plan, sched))
     kind = f"row kernel, {plan.npasses} reduction pass(es)" if plan.npasses else "elementwise"
     e.w(0, f"// {plan.label}: {kind}")
@@ -290,13 +293,13 @@ def kernel(plan: KernelPlan, sched: Schedule) -> str:
     return "\n".join(e.lines) + "\n"
 
 
-def _store_row_outputs(e: _Emitter, depth: int, plan: KernelPlan, available: set) -> None:
+def _store_row_outputs(e: CEmitter, depth: int, plan: KernelPlan, available: set) -> None:
     for j, out in enumerate(plan.outputs):
         if out.level == "R" and out.node in available:
             e.w(depth, f"o{j}[r] = {store(out.dtype, e.var(out.node))};")
 
 
-def _pointwise_body(e: _Emitter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:
+def _pointwise_body(e: CEmitter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:
     chunk = PW_BLOCK_CHUNK if sched.block else PW_CHUNK
     e.w(1, f"const int64_t CH = {chunk};")
     e.w(1, "const int64_t nch = cols > 0 ? (cols + CH - 1) / CH : 0;")
@@ -335,7 +338,7 @@ def _pointwise_body(e: _Emitter, plan: KernelPlan, sched: Schedule, prog: RowPro
         e.w(1, "}")
 
 
-def _row_body(e: _Emitter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:
+def _row_body(e: CEmitter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:
     ncache = len(prog.cached)
     cache_index = {name: i for i, name in enumerate(prog.cached)}
     depth = 1

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from . import emit
 from .backends import Backend
+from .codegen_cpu import CEmitter
 from .codegen_cpu import signature as cpu_signature
 from .cuda_launch import ROW_CACHE_K, ROW_CACHE_K_ONE, UNROLL, cuda_chunk, cuda_launch_lines
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
-from .exprs import cat_lines, flit, half_math, has_cat, load, node_expr, row_program, store, value_ctype
+from .exprs import cat_lines, half_math, has_cat, load, node_expr, row_program, store, value_ctype
 from .plans import KernelPlan
 from .schedule import Schedule
 
@@ -50,53 +51,12 @@ def _cuda_signature(plan: KernelPlan) -> list[tuple[str, str]]:
     return out
 
 
-class CudaEmitter:
-    def __init__(self, plan: KernelPlan, sched: Schedule):
-        self.plan, self.sched = plan, sched
-        self.by = {n.name: n for n in plan.nodes}
-        self.lines: list[str] = []
-        self.general = [s.index for s in plan.slots if s.kind == "tensor" and s.mode == "general"]
-
-    def w(self, depth, text):
-        self.lines.append("    " * depth + text)
-
-    @staticmethod
-    def var(name):
-        return "v_" + name.replace(".", "_")
-
-    def operand(self, o):
-        if o[0] == "slot":
-            s = self.plan.slots[o[1]]
-            return f"s{s.index}" if s.kind == "scalar" else (f"x{s.index}" if s.inner == 1 else f"r{s.index}")
-        if o[0] == "node":
-            return self.var(o[1])
-        if o[0] == "c":
-            return flit(o[1])
-        return "(float)cols" if not o[1] else f"((float)cols - {flit(o[1])})"
-
+class CudaEmitter(CEmitter):
     def row_setup(self, d):
-        plan = self.plan
-        for s in plan.slots:
-            if s.kind != "tensor":
-                continue
-            if s.mode == "rowmajor":
-                off = "r * cols" if s.inner == 1 else "r"
-            elif s.mode == "zero":
-                off = "0"
-            else:
-                gi = self.general.index(s.index)
-                off = f"kf_off(r, meta, meta + {plan.nl} + {gi * plan.nl}, {plan.nl})"
-            self.w(d, f"const {s.ctype}* p{s.index} = a{s.index} + {off};")
-            if s.inner == 0:
-                self.w(d, f"const {value_ctype(s.ctype)} r{s.index} = {load(s.ctype, f'p{s.index}[0]')};")
-        for j, o in enumerate(plan.outputs):
+        super().row_setup(d)
+        for j, o in enumerate(self.plan.outputs):
             if o.level == "E":
                 self.w(d, f"{o.dtype}* q{j} = o{j} + r * cols;")
-
-    def row_nodes(self, d, names):
-        for name in names:
-            n = self.by[name]
-            self.w(d, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
 
     def body(self, d, loop, acc_update: bool = True):
         for si in loop.slots:
