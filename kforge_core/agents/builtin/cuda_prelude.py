@@ -31,24 +31,17 @@ __device__ __forceinline__ float kf_as_float(unsigned int b) { return __uint_as_
 """
 
 # four bf16/fp16 values in one 8-byte word, widened to (or narrowed from) a float4, lane x in the low half
-CUDA_HALF_VEC = r"""
-__device__ __forceinline__ float4 kf_ld4_bf16(uint2 v) {
-    return make_float4(kf_ld_bf16((kf_bf16)(v.x & 0xffffu)), kf_ld_bf16((kf_bf16)(v.x >> 16)),
-                       kf_ld_bf16((kf_bf16)(v.y & 0xffffu)), kf_ld_bf16((kf_bf16)(v.y >> 16)));
+_HALF_VEC = r"""
+__device__ __forceinline__ float4 kf_ld4_@T(uint2 v) {
+    return make_float4(kf_ld_@T((kf_@T)(v.x & 0xffffu)), kf_ld_@T((kf_@T)(v.x >> 16)),
+                       kf_ld_@T((kf_@T)(v.y & 0xffffu)), kf_ld_@T((kf_@T)(v.y >> 16)));
 }
-__device__ __forceinline__ uint2 kf_st4_bf16(float4 f) {
-    return make_uint2((unsigned int)kf_st_bf16(f.x) | ((unsigned int)kf_st_bf16(f.y) << 16),
-                      (unsigned int)kf_st_bf16(f.z) | ((unsigned int)kf_st_bf16(f.w) << 16));
-}
-__device__ __forceinline__ float4 kf_ld4_f16(uint2 v) {
-    return make_float4(kf_ld_f16((kf_f16)(v.x & 0xffffu)), kf_ld_f16((kf_f16)(v.x >> 16)),
-                       kf_ld_f16((kf_f16)(v.y & 0xffffu)), kf_ld_f16((kf_f16)(v.y >> 16)));
-}
-__device__ __forceinline__ uint2 kf_st4_f16(float4 f) {
-    return make_uint2((unsigned int)kf_st_f16(f.x) | ((unsigned int)kf_st_f16(f.y) << 16),
-                      (unsigned int)kf_st_f16(f.z) | ((unsigned int)kf_st_f16(f.w) << 16));
+__device__ __forceinline__ uint2 kf_st4_@T(float4 f) {
+    return make_uint2((unsigned int)kf_st_@T(f.x) | ((unsigned int)kf_st_@T(f.y) << 16),
+                      (unsigned int)kf_st_@T(f.z) | ((unsigned int)kf_st_@T(f.w) << 16));
 }
 """
+CUDA_HALF_VEC = "\n".join(_HALF_VEC.replace("@T", t).strip() for t in ("bf16", "f16"))
 
 CUDA_PRELUDE = r"""
 #ifndef INFINITY
