@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 
 from kforge_core.errors import CompileError
 from kforge_core.harness import launches
 
 from ._cuda_binding import _Api
-from ._cuda_signatures import _SCALARS, KParam, KSignature, _torch_dtypes
+from ._cuda_signatures import _SCALARS, KSignature, _torch_dtypes
 
 _FUNC_ATTRS = {"max_threads_per_block": 0, "shared_size_bytes": 1, "const_size_bytes": 2, "local_size_bytes": 3,
                "num_regs": 4}
@@ -29,10 +30,11 @@ def _dim3(value, what: str, limits: tuple[int, int, int]) -> tuple[int, int, int
         raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {value!r}")
     dims = []
     for v in value:
-        if hasattr(v, "item") and not isinstance(v, int):
-            v = v.item()
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise TypeError(f"{what} must hold Python ints, got {type(v).__name__} {v!r}")
+        if type(v) is not int:  # the common case skips the conversions below
+            if hasattr(v, "item") and not isinstance(v, int):
+                v = v.item()
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"{what} must hold Python ints, got {type(v).__name__} {v!r}")
         dims.append(v)
     dims += [1] * (3 - len(dims))
     for d, lim, axis in zip(dims, limits, "xyz"):
@@ -45,21 +47,36 @@ def _dim3(value, what: str, limits: tuple[int, int, int]) -> tuple[int, int, int
 
 
 class CudaKernel:
-    """One launchable `__global__` function: `kernel(grid=..., block=..., args=(...), shared_mem=0, stream=None)`."""
+    """One launchable `__global__` function: `kernel(grid=..., block=..., args=(...), shared_mem=0, stream=None)`.
+
+    Host cost matters: a forward call pays it on every launch, and the evaluator times calls one at a time from a
+    synchronized, idle start, where each microsecond of Python costs several. So the parameter holders and the
+    kernelParams array pointing at them are made once; a launch checks each argument, stores its value in the
+    holder (cuLaunchKernel copies the values) and launches, under a lock so two threads cannot mix their values.
+    """
 
     def __init__(self, module: "CudaModule", sig: KSignature, func: ctypes.c_void_p):
+        import torch
+
         self._m, self.signature, self._func = module, sig, func
         self.name = sig.name
         self._dyn_shared_set = 48 * 1024
+        self._tensor = torch.Tensor
         dt = _torch_dtypes()
         self._conv = []
         for i, p in enumerate(sig.params):
             if p.pointer:
                 allowed, align = dt[p.base]
-                self._conv.append(("ptr", allowed, align))
+                self._conv.append(("ptr", allowed, align, ctypes.c_void_p))
             else:
                 ctype, kind = _SCALARS[p.base]
-                self._conv.append((kind, ctype, p.base))
+                bits = ctypes.sizeof(ctype) * 8
+                signed = ctype in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)
+                bounds = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+                self._conv.append((kind, ctype, p.base, bounds))
+        self._holders = [c[3]() if c[0] == "ptr" else c[1]() for c in self._conv]
+        self._params = (ctypes.c_void_p * max(1, len(self._holders)))(*[ctypes.addressof(h) for h in self._holders])
+        self._lock = threading.Lock()
         self.attributes = {}
         a = module._api
         for k, attr in _FUNC_ATTRS.items():
@@ -70,57 +87,68 @@ class CudaKernel:
     def __repr__(self) -> str:
         return f"<CUDA kernel {self.signature} {self.attributes}>"
 
-    def _arg(self, i: int, p: KParam, conv, value, device_index: int):
-        where = f"argument {i + 1} ({p.name}) of {self.name}"
-        import torch
+    def _where(self, i: int) -> str:
+        return f"argument {i + 1} ({self.signature.params[i].name}) of {self.name}"
 
-        if conv[0] == "ptr":
-            if not isinstance(value, torch.Tensor):
+    def _arg(self, i: int, conv, value, device_index: int):
+        """The value to store in parameter i's holder, after checking it against the C type."""
+        kind = conv[0]
+        if kind == "ptr":
+            p = self.signature.params[i]
+            if not isinstance(value, self._tensor):
                 if value is None or (isinstance(value, int) and value == 0):
-                    return ctypes.c_void_p(0)  # an explicit null pointer
-                raise TypeError(f"{where} must be a CUDA tensor (the kernel parameter is {p.base}*), got "
+                    return 0  # an explicit null pointer
+                raise TypeError(f"{self._where(i)} must be a CUDA tensor (the kernel parameter is {p.base}*), got "
                                 f"{type(value).__name__}")
-            if value.device.type != "cuda":
-                raise TypeError(f"{where} is on {value.device}; the kernel needs a CUDA tensor (call .cuda())")
-            if value.device.index != device_index:
-                raise TypeError(f"{where} is on {value.device}, but the kernels were loaded on cuda:{device_index}")
+            if not value.is_cuda:
+                raise TypeError(f"{self._where(i)} is on {value.device}; the kernel needs a CUDA tensor (call .cuda())")
+            if value.get_device() != device_index:
+                raise TypeError(f"{self._where(i)} is on {value.device}, but the kernels were loaded on "
+                                f"cuda:{device_index}")
             allowed, align = conv[1], conv[2]
             if allowed is not None and value.dtype not in allowed:
-                raise TypeError(f"{where} has dtype {value.dtype}; the kernel parameter is {p.base}* (expects "
-                                f"{' or '.join(str(d) for d in allowed)})")
+                raise TypeError(f"{self._where(i)} has dtype {value.dtype}; the kernel parameter is {p.base}* "
+                                f"(expects {' or '.join(str(d) for d in allowed)})")
             if not value.is_contiguous():
-                raise TypeError(f"{where} is not contiguous (shape {list(value.shape)}, strides {value.stride()}); "
-                                f"call .contiguous() first")
+                raise TypeError(f"{self._where(i)} is not contiguous (shape {list(value.shape)}, strides "
+                                f"{value.stride()}); call .contiguous() first")
             ptr = value.data_ptr()
             if align > 1 and ptr % align:
-                raise TypeError(f"{where}: {p.base}* needs {align}-byte alignment, but the tensor's data starts at an "
-                                f"address that is {ptr % align} bytes off (a view with a storage offset?)")
-            return ctypes.c_void_p(ptr)
-        kind, ctype, base = conv
+                raise TypeError(f"{self._where(i)}: {p.base}* needs {align}-byte alignment, but the tensor's data "
+                                f"starts at an address that is {ptr % align} bytes off (a view with a storage offset?)")
+            return ptr
+        _, ctype, base, (lo, hi) = conv
+        if kind == "int" and type(value) is int:  # the common case: a Python int for an integer parameter
+            if not lo <= value <= hi:
+                raise OverflowError(f"{self._where(i)} = {value} does not fit the kernel's {base} ({lo}..{hi}); "
+                                    f"use int64_t")
+            return value
         if hasattr(value, "numel") and hasattr(value, "item"):
             if value.numel() != 1:
-                raise TypeError(f"{where} is a scalar {base} in the kernel, got a tensor of shape {list(value.shape)}")
+                raise TypeError(f"{self._where(i)} is a scalar {base} in the kernel, got a tensor of shape "
+                                f"{list(value.shape)}")
             value = value.item()
         if kind == "bool":
-            return ctype(bool(value))
+            return bool(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{where} must be a Python number for the kernel's {base}, got {type(value).__name__}")
+            raise TypeError(f"{self._where(i)} must be a Python number for the kernel's {base}, got "
+                            f"{type(value).__name__}")
         if kind == "float":
-            return ctype(float(value))
+            return float(value)
         if kind == "half":
-            return ctype(struct.unpack("<H", struct.pack("<e", float(value)))[0])
+            return struct.unpack("<H", struct.pack("<e", float(value)))[0]
         if kind == "bf16":
-            return ctype(int(torch.tensor(float(value), dtype=torch.bfloat16).view(torch.int16).item()) & 0xFFFF)
+            import torch
+
+            return int(torch.tensor(float(value), dtype=torch.bfloat16).view(torch.int16).item()) & 0xFFFF
         if isinstance(value, float):
             if not value.is_integer():
-                raise TypeError(f"{where} is an integer ({base}) in the kernel, got the float {value}")
+                raise TypeError(f"{self._where(i)} is an integer ({base}) in the kernel, got the float {value}")
             value = int(value)
-        bits = ctypes.sizeof(ctype) * 8
-        signed = ctype in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)
-        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
         if not lo <= value <= hi:
-            raise OverflowError(f"{where} = {value} does not fit the kernel's {base} ({lo}..{hi}); use int64_t")
-        return ctype(value)
+            raise OverflowError(f"{self._where(i)} = {value} does not fit the kernel's {base} ({lo}..{hi}); use "
+                                f"int64_t")
+        return value
 
     def __call__(self, grid=None, block=None, args=(), shared_mem: int = 0, stream=None):
         sig = self.signature
@@ -149,18 +177,20 @@ class CudaKernel:
             a.check_cu(a.cuFuncSetAttribute(self._func, _MAX_DYNAMIC_SHARED, shared_mem),
                        f"raising {self.name}'s dynamic shared memory limit")
             self._dyn_shared_set = shared_mem
-        values = [self._arg(i, p, c, v, m.device_index) for i, (p, c, v) in
-                  enumerate(zip(sig.params, self._conv, args))]
-        params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+        device_index = m.device_index
+        values = [self._arg(i, c, v, device_index) for i, (c, v) in enumerate(zip(self._conv, args))]
         if stream is None:
             handle = m.current_stream()
         else:
             handle = getattr(stream, "cuda_stream", stream)
             if not isinstance(handle, int):
                 raise TypeError(f"stream must be a torch.cuda.Stream, got {type(stream).__name__}")
-        launches.record(self.name)
-        code = a.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, ctypes.c_void_p(handle),
-                                params, None)
+        with self._lock:
+            for h, v in zip(self._holders, values):
+                h.value = v
+            launches.record(self.name)
+            code = a.cuLaunchKernel(self._func, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, handle,
+                                    self._params, None)
         if code != 0:
             raise RuntimeError(f"launching {self.name}(grid={g}, block={b}, shared_mem={shared_mem}) failed: "
                                f"{a.cu_error(code)}")

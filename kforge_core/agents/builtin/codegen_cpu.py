@@ -387,14 +387,13 @@ def _row_body(e: CEmitter, plan: KernelPlan, sched: Schedule, prog: RowProgram) 
         e.w(1, "}")
 
 
-def launch_lines(plan: KernelPlan, names: dict, lib: str = "self.kf_lib") -> list[str]:
-    """Python lines that prepare operands, allocate outputs and call the kernel (shared by the ctypes format)."""
-    from .emit import prep_lines
+def launch_lines(plan: KernelPlan, names: dict, lib: str = "self.kf_lib"):
+    """The Python that prepares operands, allocates outputs and calls the kernel (an `emit.Launch`)."""
+    from .emit import Launch, prep_lines
 
-    lines, args = prep_lines(plan, names)
+    setup, outs, args = prep_lines(plan, names)
     call_args = []
     for decl, role in signature(plan, Schedule()):
         kind, _, idx = role.partition(":")
         call_args.append(args[kind] if not idx else args[f"{kind}:{idx}"])
-    lines.append(f"{lib}.{plan.name}({', '.join(call_args)})")
-    return lines
+    return Launch(setup, outs, [f"{lib}.{plan.name}({', '.join(call_args)})"])

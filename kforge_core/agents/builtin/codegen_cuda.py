@@ -159,7 +159,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         e.w(1, "const long long nch = (cols + CH - 1) / CH;")
         e.w(1, "const long long ntask = ((rows + blockDim.y - 1) / blockDim.y) * nch;")
         e.w(1, "for (long long t = blockIdx.x; t < ntask; t += gridDim.x) {")
-        e.w(2, "const long long rt = t / nch;")
+        e.w(2, "const long long rt = nch == 1 ? t : t / nch;  // short rows: no 64-bit division")
         e.w(2, "const long long r = rt * blockDim.y + threadIdx.y;")
         e.w(2, "const long long c0 = (t - rt * nch) * CH;")
         e.w(2, "const long long c1 = min(cols, c0 + CH);")

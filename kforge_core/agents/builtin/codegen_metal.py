@@ -197,8 +197,9 @@ def metal_kernel(plan: KernelPlan, sched: Schedule) -> str:
     return text.replace("long long", "long")
 
 
-def metal_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> list[str]:
-    lines, args = emit.prep_lines(plan, names)
+def metal_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> emit.Launch:
+    lines, outs, args = emit.prep_lines(plan, names)
+    call_lines: list[str] = []
     _, roles = _metal_params(plan)
     call = []
     for role in roles:
@@ -206,16 +207,16 @@ def metal_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> list[s
         call.append(args[kind] if not idx else args[f"{kind}:{idx}"])
     if plan.npasses == 0:
         lines.append("gx = max(1, min(cols, 256))")
-        lines.append(f"self.kf_lib.{plan.name}({', '.join(call)}, threads=(max(1, cols), max(1, rows)), "
-                     f"group_size=(gx, max(1, 256 // gx)))")
+        call_lines.append(f"self.kf_lib.{plan.name}({', '.join(call)}, threads=(max(1, cols), max(1, rows)), "
+                          f"group_size=(gx, max(1, 256 // gx)))")
     elif sched.parallel or sched.warp_reduce:
         t = metal_threads(plan, sched)
-        lines.append(f"self.kf_lib.{plan.name}({', '.join(call)}, threads=({t}, max(1, rows)), "
-                     f"group_size=({t}, 1))")
+        call_lines.append(f"self.kf_lib.{plan.name}({', '.join(call)}, threads=({t}, max(1, rows)), "
+                          f"group_size=({t}, 1))")
     else:
-        lines.append(f"self.kf_lib.{plan.name}({', '.join(call)}, threads=(max(1, rows),), "
-                     f"group_size=(max(1, min(rows, 256)),))")
-    return lines
+        call_lines.append(f"self.kf_lib.{plan.name}({', '.join(call)}, threads=(max(1, rows),), "
+                          f"group_size=(max(1, min(rows, 256)),))")
+    return emit.Launch(lines, outs, call_lines)
 
 
 class MetalBackend(Backend):

@@ -198,8 +198,8 @@ def triton_kernel(plan: KernelPlan, sched: Schedule) -> str:
     return "\n".join(lines) + "\n"
 
 
-def triton_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> list[str]:
-    lines, args = emit.prep_lines(plan, names)
+def triton_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> emit.Launch:
+    lines, outs, args = emit.prep_lines(plan, names)
     call = []
     for _, role in cpu_signature(plan, Schedule()):
         kind, _, idx = role.partition(":")
@@ -212,8 +212,7 @@ def triton_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> list[
     else:
         block = 256 * scale
         lines.append("grid = (max(1, rows),)")
-    lines.append(f"{plan.name}[grid]({', '.join(call)}, BLOCK={block}, num_warps={warps})")
-    return lines
+    return emit.Launch(lines, outs, [f"{plan.name}[grid]({', '.join(call)}, BLOCK={block}, num_warps={warps})"])
 
 
 class TritonBackend(Backend):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import keyword
 import re
+from dataclasses import dataclass
 
 from .graph import Py, py_name
 from .plans import KernelPlan, ProgramPlan
@@ -80,6 +81,45 @@ def kf_prep(t, shape, nl, inner, mode):
     return t, lead
 
 
+def kf_layout(k, *ts):
+    """The key of kernel k's cached launch set-up: every operand's shape, strides, dtype and device (never its
+    address or values: the set-up depends on nothing else). None when an operand is not a tensor."""
+    key = [k]
+    for t in ts:
+        if not isinstance(t, torch.Tensor):
+            return None
+        key += (t.shape, t.stride(), t.dtype, t.device)
+    return tuple(key)
+
+
+def kf_views(*pairs):
+    """How kf_prep's operands (a, t) derive from the tensors t given: True when each is t itself; else, per operand,
+    0 (t itself) or its length as a flat view of t's memory (a strided operand); None when one is a copy, which a
+    cached set-up cannot replay."""
+    if all(a is t for a, t in pairs):
+        return True
+    views = []
+    for a, t in pairs:
+        if a is t:
+            views.append(0)
+        elif (isinstance(t, torch.Tensor) and a.dim() == 1 and a.is_contiguous() and a.dtype == t.dtype
+              and a.device == t.device and a.data_ptr() == t.data_ptr()):
+            views.append(a.numel())
+        else:
+            return None
+    return tuple(views)
+
+
+def kf_replay(views, *ts):
+    return tuple(t if n == 0 else torch.as_strided(t, (n,), (1,)) for t, n in zip(ts, views))
+
+
+def kf_remember(plans, key, plan):
+    if len(plans) > 64:
+        plans.clear()
+    plans[key] = plan
+
+
 def kf_meta(lead, strides, device):
     key = (tuple(lead), tuple(tuple(s) for s in strides), str(device))
     m = KF_META.get(key)
@@ -94,10 +134,21 @@ def kf_meta(lead, strides, device):
 _MODE = {"rowmajor": 0, "zero": 1, "general": 2}
 
 
-def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], dict]:
-    """Lines computing S, rows, cols, operands and outputs for a kernel launch; returns (lines, arg names)."""
+@dataclass
+class Launch:
+    """The Python lines of one kernel launch. `setup` (shapes, operands, launch geometry) depends only on the
+    operands' layouts, so `candidate` caches what it computes per layout; `outputs` and `call` run every time."""
+    setup: list[str]
+    outputs: list[str]
+    call: list[str]
+
+
+def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], list[str], dict]:
+    """Lines computing S, rows, cols and the operands, and lines allocating the outputs, for a kernel launch;
+    returns (set-up lines, output lines, arg names)."""
     k, rank, nl = plan.k, plan.rank, plan.nl
     lines: list[str] = []
+    outs: list[str] = []
     tensor_slots = [plan.slots[i] for i in plan.shape_slots]
     pieces = [s for s in plan.slots if s.kind == "tensor" and s.piece_w is not None]
     width = next((sum(pc["w"] for pc in n.attrs["pieces"]) for n in plan.nodes if n.fn == "cat"), 0)
@@ -134,7 +185,7 @@ def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], dict]:
         args["meta"] = "meta"
     for j, o in enumerate(plan.outputs):
         if o.inplace_slot is not None:
-            lines.append(f"o{j} = a{o.inplace_slot}  # the matmul result is written in place")
+            outs.append(f"o{j} = a{o.inplace_slot}  # the matmul result is written in place")
         else:
             if o.level == "E":
                 shape = "S"
@@ -145,9 +196,9 @@ def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], dict]:
             dtype = {"bool": "torch.bool", "kf_bf16": "torch.bfloat16", "kf_f16": "torch.float16"}.get(
                 o.dtype, "torch.float32")
             first = plan.shape_slots[0] if plan.shape_slots else pieces[0].index
-            lines.append(f"o{j} = torch.empty({shape}, dtype={dtype}, device=a{first}.device)")
+            outs.append(f"o{j} = torch.empty({shape}, dtype={dtype}, device=a{first}.device)")
         args[f"out:{j}"] = f"o{j}"
-    return lines, args
+    return lines, outs, args
 
 
 def _ident(name: str) -> bool:
@@ -290,6 +341,7 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
     elif configs:
         out += ["        " + line for line in module_lines(desc, configs[0])]
     out += ["        " + line for line in init_tail]
+    out.append("        self.kf_plans = {}  # launch set-ups by operand layout (see kf_layout)")
     out.append("")
     params = []
     for name, default in low.placeholders:
@@ -303,12 +355,46 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
             out.append(f"        {names[unit.name]} = {unit.code}")
         else:
             out.append(f"        # {unit.name}: {unit.label}")
-            for line in launch(unit, names):
-                out.append(f"        {line}")
+            k = sum(isinstance(u, KernelPlan) for u in plan.units[:plan.units.index(unit)])
+            out += ["        " + line for line in cached_launch(unit, names, launch(unit, names), k)]
             for j, o in enumerate(unit.outputs):
                 out.append(f"        {names[o.node]} = o{j}")
     out.append(f"        return {low.output_code}")
     return "\n".join(out) + "\n"
+
+
+def cached_launch(plan: KernelPlan, names: dict, launch: Launch, k: int) -> list[str]:
+    """The launch with its set-up computed once per operand layout (kf_layout): the set-up's Python (shape checks,
+    kf_prep, launch geometry) costs more host time than the kernel launch itself, and the evaluator times every call
+    from a cold start. Kept only when kf_prep passed every operand through as it is, or as a flat view of its memory
+    (kf_views); never when it made a copy."""
+    srcs = [names[s.value] for s in plan.slots if s.kind == "tensor"]
+    slots = [f"a{s.index}" for s in plan.slots if s.kind == "tensor"]
+    saved = ["kf_v"] + [n for n in _assigned(launch.setup) if n not in slots]
+    lines = [f"kf_key = kf_layout({k}, {', '.join(srcs)})", "kf_p = self.kf_plans.get(kf_key)", "if kf_p is None:"]
+    lines += ["    " + line for line in launch.setup]
+    lines += [f"    kf_v = kf_views({', '.join(f'({a}, {s})' for a, s in zip(slots, srcs))})",
+              "    if kf_key is not None and kf_v is not None:",
+              f"        kf_remember(self.kf_plans, kf_key, ({', '.join(saved)}))",
+              "else:",
+              f"    {', '.join(saved)} = kf_p",
+              f"    {_pack(slots)} = ({_pack(srcs)}) if kf_v is True else kf_replay(kf_v, {', '.join(srcs)})"]
+    return lines + launch.outputs + launch.call
+
+
+def _pack(items: list[str]) -> str:
+    return ", ".join(items) + ("," if len(items) == 1 else "")
+
+
+def _assigned(lines: list[str]) -> list[str]:
+    """Names the top-level statements of `lines` assign, in order."""
+    found: list[str] = []
+    for node in ast.parse("\n".join(lines)).body:
+        for target in node.targets if isinstance(node, ast.Assign) else ():
+            for n in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                if isinstance(n, ast.Name) and n.id not in found:
+                    found.append(n.id)
+    return found
 
 
 def _escape_braces(s: str) -> str:
@@ -346,4 +432,4 @@ def _live(plan: ProgramPlan) -> set:
     return live
 
 
-__all__ = ["candidate", "prep_lines", "module_lines", "HELPERS", "py_name"]
+__all__ = ["Launch", "candidate", "prep_lines", "module_lines", "HELPERS", "py_name"]
