@@ -63,18 +63,19 @@ class CudaKernel:
         self._dyn_shared_set = 48 * 1024
         self._tensor = torch.Tensor
         dt = _torch_dtypes()
-        self._conv = []
-        for i, p in enumerate(sig.params):
+        self._conv, self._holders = [], []
+        for p in sig.params:
             if p.pointer:
                 allowed, align = dt[p.base]
-                self._conv.append(("ptr", allowed, align, ctypes.c_void_p))
+                self._conv.append(("ptr", allowed, align))
+                self._holders.append(ctypes.c_void_p())
             else:
                 ctype, kind = _SCALARS[p.base]
                 bits = ctypes.sizeof(ctype) * 8
                 signed = ctype in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)
                 bounds = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-                self._conv.append((kind, ctype, p.base, bounds))
-        self._holders = [c[3]() if c[0] == "ptr" else c[1]() for c in self._conv]
+                self._conv.append((kind, p.base, bounds))
+                self._holders.append(ctype())
         self._params = (ctypes.c_void_p * max(1, len(self._holders)))(*[ctypes.addressof(h) for h in self._holders])
         self._lock = threading.Lock()
         self.attributes = {}
@@ -90,40 +91,37 @@ class CudaKernel:
     def _where(self, i: int) -> str:
         return f"argument {i + 1} ({self.signature.params[i].name}) of {self.name}"
 
-    def _arg(self, i: int, conv, value, device_index: int):
-        """The value to store in parameter i's holder, after checking it against the C type."""
-        kind = conv[0]
-        if kind == "ptr":
-            p = self.signature.params[i]
-            if not isinstance(value, self._tensor):
-                if value is None or (isinstance(value, int) and value == 0):
-                    return 0  # an explicit null pointer
-                raise TypeError(f"{self._where(i)} must be a CUDA tensor (the kernel parameter is {p.base}*), got "
-                                f"{type(value).__name__}")
-            if not value.is_cuda:
-                raise TypeError(f"{self._where(i)} is on {value.device}; the kernel needs a CUDA tensor (call .cuda())")
-            if value.get_device() != device_index:
-                raise TypeError(f"{self._where(i)} is on {value.device}, but the kernels were loaded on "
-                                f"cuda:{device_index}")
-            allowed, align = conv[1], conv[2]
-            if allowed is not None and value.dtype not in allowed:
-                raise TypeError(f"{self._where(i)} has dtype {value.dtype}; the kernel parameter is {p.base}* "
-                                f"(expects {' or '.join(str(d) for d in allowed)})")
-            if not value.is_contiguous():
-                raise TypeError(f"{self._where(i)} is not contiguous (shape {list(value.shape)}, strides "
-                                f"{value.stride()}); call .contiguous() first")
-            ptr = value.data_ptr()
-            if align > 1 and ptr % align:
-                raise TypeError(f"{self._where(i)}: {p.base}* needs {align}-byte alignment, but the tensor's data "
-                                f"starts at an address that is {ptr % align} bytes off (a view with a storage offset?)")
-            return ptr
-        _, ctype, base, (lo, hi) = conv
-        if kind == "int" and type(value) is int:  # the common case: a Python int for an integer parameter
-            if not lo <= value <= hi:
-                raise OverflowError(f"{self._where(i)} = {value} does not fit the kernel's {base} ({lo}..{hi}); "
-                                    f"use int64_t")
-            return value
-        if hasattr(value, "numel") and hasattr(value, "item"):
+    def _pointer(self, i: int, conv, value, device_index: int) -> int:
+        """The address to store in pointer parameter i's holder, after checking the tensor against the C type."""
+        p = self.signature.params[i]
+        if not isinstance(value, self._tensor):
+            if value is None or (isinstance(value, int) and value == 0):
+                return 0  # an explicit null pointer
+            raise TypeError(f"{self._where(i)} must be a CUDA tensor (the kernel parameter is {p.base}*), got "
+                            f"{type(value).__name__}")
+        if not value.is_cuda:
+            raise TypeError(f"{self._where(i)} is on {value.device}; the kernel needs a CUDA tensor (call .cuda())")
+        if value.get_device() != device_index:
+            raise TypeError(f"{self._where(i)} is on {value.device}, but the kernels were loaded on "
+                            f"cuda:{device_index}")
+        allowed, align = conv[1], conv[2]
+        if allowed is not None and value.dtype not in allowed:
+            raise TypeError(f"{self._where(i)} has dtype {value.dtype}; the kernel parameter is {p.base}* "
+                            f"(expects {' or '.join(str(d) for d in allowed)})")
+        if not value.is_contiguous():
+            raise TypeError(f"{self._where(i)} is not contiguous (shape {list(value.shape)}, strides "
+                            f"{value.stride()}); call .contiguous() first")
+        ptr = value.data_ptr()
+        if align > 1 and ptr % align:
+            raise TypeError(f"{self._where(i)}: {p.base}* needs {align}-byte alignment, but the tensor's data "
+                            f"starts at an address that is {ptr % align} bytes off (a view with a storage offset?)")
+        return ptr
+
+    def _scalar(self, i: int, conv, value):
+        """The value to store in scalar parameter i's holder, after checking it against the C type."""
+        kind, base, (lo, hi) = conv
+        # a Python int (the common case) skips the hasattr probes, which raise and catch inside for an int
+        if type(value) is not int and hasattr(value, "numel") and hasattr(value, "item"):
             if value.numel() != 1:
                 raise TypeError(f"{self._where(i)} is a scalar {base} in the kernel, got a tensor of shape "
                                 f"{list(value.shape)}")
@@ -178,7 +176,8 @@ class CudaKernel:
                        f"raising {self.name}'s dynamic shared memory limit")
             self._dyn_shared_set = shared_mem
         device_index = m.device_index
-        values = [self._arg(i, c, v, device_index) for i, (c, v) in enumerate(zip(self._conv, args))]
+        values = [self._pointer(i, c, v, device_index) if c[0] == "ptr" else self._scalar(i, c, v)
+                  for i, (c, v) in enumerate(zip(self._conv, args))]
         if stream is None:
             handle = m.current_stream()
         else:

@@ -392,8 +392,5 @@ def launch_lines(plan: KernelPlan, names: dict, lib: str = "self.kf_lib"):
     from .emit import Launch, prep_lines
 
     setup, outs, args = prep_lines(plan, names)
-    call_args = []
-    for decl, role in signature(plan, Schedule()):
-        kind, _, idx = role.partition(":")
-        call_args.append(args[kind] if not idx else args[f"{kind}:{idx}"])
+    call_args = [args[role] for _, role in signature(plan, Schedule())]
     return Launch(setup, outs, [f"{lib}.{plan.name}({', '.join(call_args)})"])

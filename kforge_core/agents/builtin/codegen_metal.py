@@ -201,10 +201,7 @@ def metal_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> emit.L
     lines, outs, args = emit.prep_lines(plan, names)
     call_lines: list[str] = []
     _, roles = _metal_params(plan)
-    call = []
-    for role in roles:
-        kind, _, idx = role.partition(":")
-        call.append(args[kind] if not idx else args[f"{kind}:{idx}"])
+    call = [args[role] for role in roles]
     if plan.npasses == 0:
         lines.append("gx = max(1, min(cols, 256))")
         call_lines.append(f"self.kf_lib.{plan.name}({', '.join(call)}, threads=(max(1, cols), max(1, rows)), "

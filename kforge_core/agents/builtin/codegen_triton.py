@@ -200,10 +200,7 @@ def triton_kernel(plan: KernelPlan, sched: Schedule) -> str:
 
 def triton_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> emit.Launch:
     lines, outs, args = emit.prep_lines(plan, names)
-    call = []
-    for _, role in cpu_signature(plan, Schedule()):
-        kind, _, idx = role.partition(":")
-        call.append(args[kind] if not idx else args[f"{kind}:{idx}"])
+    call = [args[role] for _, role in cpu_signature(plan, Schedule())]
     scale = 4 if sched.block else 1
     warps = 8 if sched.block else 4
     if plan.npasses == 0:

@@ -38,10 +38,7 @@ ROW_CACHE_K_ONE = 8  # with a single cached operand: 32 elements a thread, rows 
 def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature) -> emit.Launch:
     """`signature(plan)`: the kernel's [(declaration, role)], in parameter order."""
     lines, outs, args = emit.prep_lines(plan, names)
-    call = []
-    for _, role in signature(plan):
-        kind, _, idx = role.partition(":")
-        call.append(args[kind] if not idx else args[f"{kind}:{idx}"])
+    call = [args[role] for _, role in signature(plan)]
     threads = cuda_threads(plan, sched)
     if plan.npasses == 0:
         chunk = cuda_chunk(sched)
@@ -63,4 +60,5 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature)
     else:
         lines.append(f"grid = max(1, (rows + {threads - 1}) // {threads})")
         block = f"({threads},)"
-    return emit.Launch(lines, outs, [f"self.kf_mod.{plan.name}(grid=(grid,), block={block}, args=({', '.join(call)},))"])
+    call_line = f"self.kf_mod.{plan.name}(grid=(grid,), block={block}, args=({', '.join(call)},))"
+    return emit.Launch(lines, outs, [call_line])

@@ -103,7 +103,7 @@ def kf_views(*pairs):
         if a is t:
             views.append(0)
         elif (isinstance(t, torch.Tensor) and a.dim() == 1 and a.is_contiguous() and a.dtype == t.dtype
-              and a.device == t.device and kf_address(a) == kf_address(t) is not None):
+              and a.device == t.device and kf_address(t) is not None and kf_address(a) == kf_address(t)):
             views.append(a.numel())
         else:
             return None
@@ -152,7 +152,7 @@ class Launch:
 
 def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], list[str], dict]:
     """Lines computing S, rows, cols and the operands, and lines allocating the outputs, for a kernel launch;
-    returns (set-up lines, output lines, arg names)."""
+    returns (set-up lines, output lines, arg names by signature role: 'slot:i', 'out:j', 'meta', 'rows', ...)."""
     k, rank, nl = plan.k, plan.rank, plan.nl
     lines: list[str] = []
     outs: list[str] = []
@@ -355,6 +355,7 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
         params.append(f"{name}={default}" if default is not None else name)
     out.append(f"    def forward(self{''.join(', ' + p for p in params)}):")
     live = _live(plan)
+    kernels = 0
     for unit in plan.units:
         if isinstance(unit, Py):
             if unit.role == "input" or unit.name not in live:
@@ -362,8 +363,8 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
             out.append(f"        {names[unit.name]} = {unit.code}")
         else:
             out.append(f"        # {unit.name}: {unit.label}")
-            k = sum(isinstance(u, KernelPlan) for u in plan.units[:plan.units.index(unit)])
-            out += ["        " + line for line in cached_launch(unit, names, launch(unit, names), k)]
+            out += ["        " + line for line in cached_launch(unit, names, launch(unit, names), kernels)]
+            kernels += 1
             for j, o in enumerate(unit.outputs):
                 out.append(f"        {names[o.node]} = o{j}")
     out.append(f"        return {low.output_code}")
