@@ -20,7 +20,8 @@ from app.navigation import PAGES  # noqa: E402
 from app.services import start_target_discovery  # noqa: E402
 from app.styles import inject_styles  # noqa: E402
 
-st.set_page_config(page_title="KForge", page_icon=":material/bolt:", layout="wide")
+# The favicon is a file of ours: a material icon as page_icon makes the browser fetch it from fonts.gstatic.com.
+st.set_page_config(page_title="KForge", page_icon=str(ROOT / "assets" / "kforge_icon.png"), layout="wide")
 inject_styles()
 start_target_discovery()  # in the background; pages that need the targets wait for it
 pages = [st.Page(spec.path, title=spec.title, icon=spec.icon, url_path=spec.url_path, default=(i == 0))

@@ -5,6 +5,9 @@ One flat fragment draws all of it. While the run is queued or running the fragme
 `POLL_INTERVAL_S` and folds only the events that arrived since the last poll; once the run ends it triggers one
 full rerun, after which the fragment is registered without `run_every` and polling stops. A stored run goes
 through the same code with nothing left to poll.
+
+Each poll redraws the view in the browser, so what a poll draws is kept small: only the open tab of the
+iteration detail, the run inputs only while their expander is open, and the newest entries of the activity log.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ RESUMABLE_STATUSES = ("interrupted", "failed", "cancelled")
 BUILTIN_LABEL = "built-in, rule-based (no LLM)"
 # How often a live view asks the store to mark runs whose worker died (the check reads every live run's row).
 STALE_CHECK_EVERY_S = 5.0
+# The activity log shows the newest entries only: the live view redraws it on every poll.
+FEED_SHOWN = 60
 
 
 def show(run_id: str) -> None:
@@ -94,7 +99,10 @@ def _body(run_id: str, was_live: bool) -> None:
         with st.container(height=330, autoscroll=True):
             if not state.feed:
                 st.caption("Nothing yet.")
-            for event in state.feed:
+            hidden = len(state.feed) - FEED_SHOWN
+            if hidden > 0:
+                st.caption(f"{hidden} earlier entries not shown; every iteration is in the timeline above.")
+            for event in state.feed[-FEED_SHOWN:]:
                 render(event, RenderContext(state=state, kernel_language=ctx.kernel_language, compact=True))
     if selected is not None:
         _iteration_detail(run, state, selected, ctx)
@@ -318,8 +326,13 @@ def _iteration_detail(run: dict[str, Any], state: RunState, index: int, ctx: Ren
     by_tab: dict[str, list[dict]] = {name: [] for name in TABS}
     for event in it.events:
         by_tab[tab_of(event)].append(event)
-    containers = st.tabs(list(TABS), key=f"kf-tabs:{run['id']}")
+    # Only the open tab is drawn: a live view redraws on every poll, and drawing every tab re-sent the highlighted
+    # program, kernel sources and diff each time (most of what the browser had to re-render). Switching tabs
+    # reruns this fragment, which draws the newly opened one.
+    containers = st.tabs(list(TABS), key=f"kf-tabs:{run['id']}", on_change="rerun")
     for name, container in zip(TABS, containers):
+        if container.open is False:
+            continue
         with container:
             events = sorted(by_tab[name], key=lambda e: (order_of(e), e["seq"]))
             if not events:
@@ -329,7 +342,11 @@ def _iteration_detail(run: dict[str, Any], state: RunState, index: int, ctx: Ren
 
 
 def _inputs(run: dict[str, Any]) -> None:
-    with st.expander("Run inputs: the problem, the settings, the reference program"):
+    inputs = st.expander("Run inputs: the problem, the settings, the reference program",
+                         key=f"kf-inputs:{run['id']}", on_change="rerun")
+    if inputs.open is False:  # drawn only while open, like the tabs above
+        return
+    with inputs:
         st.markdown("**Problem** (the PyTorch reference)")
         from .highlight import to_html
 

@@ -14,6 +14,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export KFORGE_CACHE_DIR="${KFORGE_CACHE_DIR:-/tmp/kforge-gpu-cache}"
 PY="${PYTHON:-python3}"
 status=0
+# The log accumulates: several calls in one device session (tests, then builtin) each add their part.
+echo "== gpu_check.sh $MODE $* ($(date -u +%FT%TZ))" >> "$OUT/gpu_check.log"
 
 probe() {
   {
@@ -35,7 +37,7 @@ a = api(); print("nvrtc", a.nvrtc_path, a.nvrtc_version, "driver", a.driver_vers
 print("include dirs", include_dirs())
 EOF
     echo "== tools"; command -v nvcc && nvcc --version | tail -2; command -v ncu && ncu --version | tail -1; command -v ninja
-  } 2>&1 | tee "$OUT/gpu_check.log"
+  } 2>&1 | tee -a "$OUT/gpu_check.log"
 }
 
 tests() {

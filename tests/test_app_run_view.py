@@ -20,6 +20,14 @@ def metrics(at) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
+def open_tab(at, run_id: str, tab: str) -> str:
+    """Open the iteration detail's `tab`, as a click does, and return the page's text."""
+    at.session_state[f"kf-tabs:{run_id}"] = tab
+    at.run()
+    assert not at.exception
+    return texts(at)
+
+
 def test_replays_a_finished_run(finished_run, use_targets):
     at = app(run=finished_run).run()
     assert not at.exception
@@ -38,9 +46,17 @@ def test_replays_a_finished_run(finished_run, use_targets):
     assert len(at.get("plotly_chart")) == 1
     # program highlighted by pygments, kernel source shown separately with the target's lexer (cpp)
     assert 'class="kf-code"' in body and "Kernel source" in body
-    assert "Parallelize the row loop" in body  # recommendations that guided #2
-    assert "Changes against iteration #1" in body  # the diff
+    # only the open tab is drawn (a live view redraws on every poll)
+    assert "Changes against iteration #1" not in body and not at.dataframe
+    assert "Parallelize the row loop" in open_tab(at, finished_run, "Analysis")  # recommendations that guided #2
+    assert "Changes against iteration #1" in open_tab(at, finished_run, "Diff")  # the diff
+    assert "Kernel source" not in texts(at)
+    open_tab(at, finished_run, "Profile")
     assert "kforge::swish_bias" in str([df.value for df in at.dataframe])  # the profile table
+    # the run inputs, drawn once their expander is opened
+    assert "Swish with a bias" not in texts(at)
+    at.session_state[f"kf-inputs:{finished_run}"] = True
+    assert "Swish with a bias" in texts(at.run())
 
 
 def test_picking_an_iteration_shows_its_compile_error(finished_run, use_targets):
@@ -49,9 +65,10 @@ def test_picking_an_iteration_shows_its_compile_error(finished_run, use_targets)
     assert not at.exception
     body = texts(at)
     assert "Iteration #0" in body and "build failed" in body
+    assert MARKER_PROGRAM in body  # the program's notes
+    body = open_tab(at, finished_run, "Result")
     assert "expected &#x27;;&#x27; before &#x27;out&#x27;" in body or "expected ';' before 'out'" in body
     assert "Compiler output" in body
-    assert MARKER_PROGRAM in body  # the program's notes
     # picking an older iteration stops following the newest
     at.run()
     assert "Iteration #0" in texts(at)

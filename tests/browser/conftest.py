@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from urllib.parse import urlsplit
 from pathlib import Path
 
 import pytest
@@ -104,5 +105,30 @@ def page(browser, app_server):
     context = browser.new_context(viewport={"width": 1440, "height": 1800})
     page = context.new_page()
     page.set_default_timeout(60_000)
+    # What the page did wrong, for the assertions and written next to the screenshots (a script error in the
+    # browser shows up only here: the page may just go blank):
+    # - kf_errors: uncaught script errors and renderer crashes;
+    # - kf_external: requests to any host but the app's (the app must work with no internet);
+    # - kf_log: those, plus console errors and failed requests.
+    page.kf_errors, page.kf_external, page.kf_log = [], [], []
+
+    def error(text: str) -> None:
+        page.kf_errors.append(text)
+        page.kf_log.append(text)
+
+    def request(req) -> None:
+        host = urlsplit(req.url).hostname
+        if req.url.startswith(("http:", "https:", "ws:", "wss:")) and host not in ("127.0.0.1", "localhost"):
+            page.kf_external.append(req.url)
+            page.kf_log.append(f"external request: {req.url}")
+
+    page.on("pageerror", lambda exc: error(f"pageerror: {exc}"))
+    page.on("crash", lambda _: error("crash: the page's renderer crashed"))
+    page.on("request", request)
+    page.on("console", lambda msg: page.kf_log.append(f"console.error: {msg.text} ({msg.location.get('url')})")
+            if msg.type == "error" else None)
+    page.on("requestfailed", lambda req: page.kf_log.append(f"request failed: {req.url} ({req.failure})"))
     yield page
+    with open(ARTIFACTS / "browser_console.log", "a") as log:
+        log.writelines(f"{line}\n" for line in page.kf_log)
     context.close()

@@ -86,8 +86,9 @@ def _verdict(status: str, reason: str, candidate_ms: float | None = None, eager_
     return d
 
 
-def _correct(store: RunStore, run_id: str, index: int, pass_: str, code: str, previous: str, ms: float,
-             eager: float = 4.0, compiled: float = 2.5) -> None:
+def add_correct_iteration(store: RunStore, run_id: str, index: int, pass_: str, code: str, previous: str,
+                          ms: float, eager: float = 4.0, compiled: float = 2.5) -> None:
+    """Iteration `index` as a worker writes a correct one: program, diff, verdict, timings, profile, the end."""
     store.start_iteration(run_id, index, pass_)
     store.append_event(run_id, "program_extracted", {"iteration": index, "code": code, "language": "python",
                                                      "notes": ""}, index)
@@ -137,7 +138,7 @@ def seed_finished_run(store: RunStore, problem_name: str = "swish_bias", target:
     store.finish_iteration(run_id, 0, "compile_error", reason=verdict0["reason"], code=PROGRAM_V0, verdict=verdict0)
     store.add_usage(run_id, 900, 350, iteration=0, extra={"agent": "generation"})
     # iteration 1: correct, 1.6x
-    _correct(store, run_id, 1, "functional", PROGRAM_V1, PROGRAM_V0, ms=2.5)
+    add_correct_iteration(store, run_id, 1, "functional", PROGRAM_V1, PROGRAM_V0, ms=2.5)
     store.set_best(run_id, 1, speedup_vs_eager=4.0 / 2.5, speedup_vs_compiled=1.0, candidate_ms=2.5)
     store.append_event(run_id, "pass_started", {"pass": "optimization", "max_iterations": 2})
     # iteration 2: optimization guided by recommendations, 3.2x
@@ -146,7 +147,7 @@ def seed_finished_run(store: RunStore, problem_name: str = "swish_bias", target:
         "recommendations": [{"title": "Parallelize the row loop", "change": "add `#pragma omp parallel for`",
                              "why": "kforge::swish_bias is 90% of the time on one of 2 cores",
                              "expected_gain": "~2x", "move": "parallelize"}]}, 2)
-    _correct(store, run_id, 2, "optimization", PROGRAM_V2, PROGRAM_V1, ms=1.25)
+    add_correct_iteration(store, run_id, 2, "optimization", PROGRAM_V2, PROGRAM_V1, ms=1.25)
     store.set_best(run_id, 2, speedup_vs_eager=4.0 / 1.25, speedup_vs_compiled=2.0, candidate_ms=1.25)
     store.add_usage(run_id, 1200, 400, iteration=2, extra={"agent": "generation"})
     store.finish_run(run_id, "succeeded")

@@ -27,6 +27,8 @@ def no_traceback(page) -> None:
     text = page.inner_text("body")
     assert "Traceback (most recent call last)" not in text, text[-2000:]
     assert page.locator("[data-testid=stException]").count() == 0
+    assert not page.kf_errors, page.kf_errors  # script errors in the browser (they can blank the page)
+    assert not page.kf_external, page.kf_external  # nothing fetched from the internet
 
 
 def shot(page, name: str) -> None:
@@ -76,7 +78,7 @@ def test_synthesize_live_then_reopen_from_runs(page, app_server):
         page.locator(TIMELINE).nth(1).click()
         page.get_by_role("tab", name="Diff").click()
         page.get_by_text(re.compile(r"Changes against iteration #0")).wait_for()
-        assert page.locator(".kf-code .gd, .kf-code .gi").count() > 0  # pygments diff lines
+        page.locator(".kf-code .gd, .kf-code .gi").first.wait_for()  # pygments diff lines (drawn after the title)
         shot(page, "browser_live_diff.png")
         page.get_by_role("tab", name="Program").click()
         page.get_by_text("Kernel source").first.wait_for()
