@@ -4,7 +4,7 @@
 matrix products go to the vendor library, row operators and elementwise operators become kernel primitives, and
 anything the kernels cannot do is kept as a PyTorch call with a reason. The pieces live in their own modules:
 `ir` (the lowered form), `args` (encoded arguments), `operators` (operator names and classes), `pycall` (PyTorch
-calls for forward), `matmul`, `pointwise` and `rowops` (the lowerings).
+calls for forward), `matmul`, `pointwise` and `rowops` (the lowerings), `cse` (duplicate primitives merged).
 
 Nothing here executes problem code: the description is plain JSON produced by the tracing child.
 """
@@ -12,6 +12,7 @@ Nothing here executes problem code: the description is plain JSON produced by th
 from __future__ import annotations
 
 from .args import Arg, render
+from .cse import merge_duplicates
 from .ir import FLOAT, KERNEL_DTYPES, CannotEmit, Lowered, Prim, Py, Unsupported, Value, contig_strides, py_name
 from .matmul import MatmulLowering
 from .operators import CASTS, GLUE, LIB, PY_SCALAR_OPS, ROW_OPS, OperatorCanon
@@ -306,4 +307,6 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
 
 
 def lower(desc: dict, conservative: bool = False, fuse_cat: bool = True, halves: tuple = ()) -> Lowered:
-    return Lowerer(desc, conservative, fuse_cat, halves).lower()
+    lowered = Lowerer(desc, conservative, fuse_cat, halves).lower()
+    merge_duplicates(lowered)
+    return lowered
