@@ -150,7 +150,9 @@ def test_settings_shows_rules_tolerances_and_ceilings(app_env, use_targets):
     body = texts(at)
     assert all(f"**{rule.id}**" in body for rule in RULES)
     assert r"\_\_import\_\_" in body  # dunders stay dunders, not bold
-    assert {r["policy"] for r in at.dataframe[0].value.to_dict("records")} == {"default", "kernelbench"}
+    rows = at.dataframe[0].value.to_dict("records")
+    assert {r["policy"] for r in rows} == {"default", "kernelbench"}
+    assert {(r["policy"], r["dtype"]): r["rtol"] for r in rows}[("default", "bf16")] == pytest.approx(1.6e-2)
     values = {m.label: m.value for m in at.metric}
     assert values["Memory bandwidth"] == "12.5 GB/s" and values["fp32 peak"] == "0.0731 TFLOP/s"
     assert values["bf16 peak"] == "unknown"  # never measured: never guessed

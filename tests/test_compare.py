@@ -57,3 +57,36 @@ def test_complex_and_integer_outputs(chunk):
     j = i.clone()
     j[17] += 1
     assert not compare_outputs(j, i, get_policy("default")).passed
+
+
+def _steps_above(value: float, steps: int, dtype: torch.dtype) -> torch.Tensor:
+    """`value`, then `steps` representable values above it, as one-element tensors of `dtype`."""
+    t = torch.tensor([value], dtype=dtype)
+    for _ in range(steps):
+        t = torch.nextafter(t, torch.tensor([float("inf")], dtype=dtype))
+    return t
+
+
+@pytest.mark.parametrize("value", [2.0, 4.0, 4.5])
+def test_bf16_two_rounding_steps_pass_and_three_fail(value):
+    """Two roundings in a chain may each land one bf16 step from the reference's: two steps off is correct. Just
+    above a power of two that is more than rtol=atol=1e-2 allows (the KernelBench policy still says no)."""
+    want = torch.full((64,), value, dtype=torch.bfloat16)  # many elements: the relative L2 bound is not the judge
+    two = want.clone()
+    two[0] = _steps_above(value, 2, torch.bfloat16)
+    three = want.clone()
+    three[0] = _steps_above(value, 3, torch.bfloat16)
+    assert compare_outputs(two, want, get_policy("default")).passed
+    assert not compare_outputs(three, want, get_policy("default")).passed
+    if value < 4.5:
+        assert not compare_outputs(two, want, get_policy("kernelbench")).passed
+
+
+def test_fp16_keeps_the_half_tolerance():
+    policy = get_policy("default")
+    assert policy.for_dtype("float16") == policy.half and policy.for_dtype("bfloat16").rtol == pytest.approx(1.6e-2)
+    assert policy.to_dict()["bf16"]["rtol"] == pytest.approx(1.6e-2)
+    want = torch.full((64,), 2.0, dtype=torch.float16)
+    got = want.clone()
+    got[0] = 2.0 + 0.031  # within rtol 1.6e-2 of 2.0 but outside fp16's 1e-2
+    assert not compare_outputs(got, want, policy).passed
