@@ -297,8 +297,12 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
         if "eager" in outputs:
             c = compare_outputs(outputs["candidate"], outputs["eager"], policy)
             if not c.passed:
-                raise TimingFailure("incorrect", f"the output of {what} is wrong (behaviour changed once timing "
-                                                 f"started: warm-up detection, caching or lazy outputs): {c.detail}")
+                # Not presumed a trick: a program wrong on rare inputs (or at a rounding edge) fails here too.
+                raise TimingFailure("incorrect", f"the output of {what} is wrong: {c.detail} (every timed call is "
+                                                 f"checked against eager PyTorch on its own fresh inputs; this fails "
+                                                 f"a program whose behaviour changes once timing starts, such as "
+                                                 f"warm-up detection, caching or lazy outputs, and one that is "
+                                                 f"wrong only on some inputs)")
 
     summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
     _raise_guard_findings(state)  # the full check (every patched function), once timing is over
