@@ -142,3 +142,19 @@ def test_replay_equals_live_fold():
     # consecutive streamed chunks of one agent are one stream
     tokens = [e for e in whole.iterations[0].events if e["kind"] == "tokens"]
     assert len(tokens) == 1 and tokens[0]["data"]["text"].startswith("Here is a fused kernel")
+
+
+def test_activity_log_shows_the_newest_entries(finished_run, use_targets):
+    """A poll redraws the activity log, so it is capped: the newest entries, and how many earlier ones are hidden."""
+    from app.run_state import RunState, apply
+    from app.run_view import FEED_SHOWN
+
+    with open_store() as s:
+        for n in range(FEED_SHOWN):
+            s.append_event(finished_run, "error", {"message": f"run-level error {n}", "where": "test"})
+        feed = apply(RunState(finished_run), s.events(finished_run)).feed
+    at = app(run=finished_run).run()
+    assert not at.exception
+    body = texts(at)
+    assert f"{len(feed) - FEED_SHOWN} earlier entries not shown" in body
+    assert f"run-level error {FEED_SHOWN - 1}" in body and "run-level error 0" in body  # 0 is among the newest 60
