@@ -117,8 +117,8 @@ with rules_tab:
                "or Inf, and the relative L2 error is at most rel_l2_max. Integers and booleans compare exactly.")
     rows = []
     for name, policy in POLICIES.items():
-        for dtype_label, tol in (("fp32", policy.fp32), ("fp16", policy.half),
-                                 ("bf16", policy.for_dtype("bfloat16")), ("fp64", policy.fp64)):
+        for dtype_label, tol in (("fp32", policy.fp32), ("fp16", policy.half), ("bf16", policy.bf16),
+                                 ("fp64", policy.fp64)):
             rows.append({"policy": name, "dtype": dtype_label, "atol": tol.atol, "rtol": tol.rtol,
                          "rel_l2_max": tol.rel_l2_max})
     st.dataframe(rows, hide_index=True, width="stretch",

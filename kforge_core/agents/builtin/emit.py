@@ -103,7 +103,7 @@ def kf_views(*pairs):
         if a is t:
             views.append(0)
         elif (isinstance(t, torch.Tensor) and a.dim() == 1 and a.is_contiguous() and a.dtype == t.dtype
-              and a.device == t.device and kf_address(t) is not None and kf_address(a) == kf_address(t)):
+              and a.device == t.device and (base := kf_address(t)) is not None and kf_address(a) == base):
             views.append(a.numel())
         else:
             return None
