@@ -90,3 +90,39 @@ def test_builtin_candidate_correct_on_cuda(name):
     assert res.program, res.error
     v = evaluate(load_problem(gp.path), res.program, "cuda", EvalOptions(timing=False))
     assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"
+
+
+_OFFSET_ROWS = {
+    "groupnorm": ("nn.GroupNorm(8, 128)", "self.m(x)", "1000.0 + torch.randn(4, 128, 64, 64)"),
+    "layernorm": ("nn.LayerNorm(65536)", "self.m(x)", "-300.0 + 0.5 * torch.randn(64, 65536)"),
+    "standardize": ("nn.Identity()", "(x - x.mean(dim=-1, keepdim=True)) / x.std(dim=-1, keepdim=True)",
+                    "250.0 + 2.0 * torch.randn(64, 65536)"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_OFFSET_ROWS))
+def test_streamed_variance_correct_far_from_zero(kind, tmp_path):
+    """Rows too long for the register cache (65536) take the streaming path, where a variance is summed in its mean's
+    pass as E[x^2] - E[x]^2 in double. Inputs whose mean is hundreds of standard deviations from zero (where a float
+    version of that formula would lose every digit) are still judged correct."""
+    from kforge_core.agents.builtin import BuiltinGenerationAgent
+    from kforge_core.evaluator import EvalOptions, evaluate
+    from kforge_core.platform import get_platform
+    from kforge_core.problem import load_problem
+
+    module, expr, inputs = _OFFSET_ROWS[kind]
+    path = tmp_path / f"offset_{kind}.py"
+    path.write_text(f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    f"    def __init__(self):\n        super().__init__()\n        self.m = {module}\n\n"
+                    f"    def forward(self, x):\n        return torch.sigmoid({expr})\n\n\n"
+                    f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from builtin_gallery import full_schedule
+
+    res = BuiltinGenerationAgent().synthesize(path.read_text(), "cuda", full_schedule(get_platform("cuda")), kind)
+    assert res.program, res.error
+    assert "kf_q_" in res.program, "the streaming path should fold the variance into the mean's pass"
+    v = evaluate(load_problem(path), res.program, "cuda", EvalOptions(timing=False))
+    assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"

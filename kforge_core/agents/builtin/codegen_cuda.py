@@ -6,9 +6,9 @@ over a grid-stride loop on shorter ones. Row kernels start with one thread per r
 row a thread block (block-wide reductions through shared memory); `warp_reduce` reduces with warp shuffles first;
 `vectorize` uses 4-element loads/stores (float4; 8 bytes of bf16/fp16 widened to a float4; 4 bools) on rows whose
 pointers are aligned for them and whose length is a multiple of 4, a `cat` reading its pieces lane by lane;
-`block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads plus a register
-cache of the row (read from memory once, however many passes; up to 16 elements a thread, 32 with one cached
-operand); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
+`block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads (512 when the
+cache holds several operands: `cuda_rowcache`) plus a register cache of the row (read from memory once, however
+many passes; up to 16 elements a thread, 32 with one cached operand); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
 computing any. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row per y),
 row kernels get about 16 elements a thread, so neither leaves most of a block idle. Kernel pointers are
 `__restrict__` (every output is a fresh tensor); bf16/fp16 rounding uses the hardware `cvt` on sm_80+.
@@ -22,8 +22,12 @@ from . import emit
 from .backends import Backend
 from .codegen_cpu import CEmitter
 from .codegen_cpu import signature as cpu_signature
-from .cuda_launch import ROW_CACHE_K, ROW_CACHE_K_ONE, UNROLL, cuda_chunk, cuda_launch_lines
+from .cuda_launch import UNROLL, batched, cuda_chunk, cuda_launch_lines
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
+from .cuda_rowcache import VALIGN as _VALIGN
+from .cuda_rowcache import VTYPE as _VTYPE
+from .cuda_rowcache import cache_k as _cache_k
+from .cuda_rowcache import cached_slots, row_block_limit
 from .exprs import cat_lines, half_math, has_cat, load, node_expr, row_program, store, value_ctype
 from .plans import KernelPlan
 from .schedule import Schedule
@@ -31,14 +35,6 @@ from .schedule import Schedule
 _OPS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
 IDENT = {"sum": "0.0f", "mean": "0.0f", "max": "-INFINITY", "min": "INFINITY"}
 
-
-# 4-element vector access per storage type: the register type a load gives, and the alignment it needs
-_VTYPE = {"float": "float4", "kf_bf16": "float4", "kf_f16": "float4", "bool": "uchar4"}
-_VALIGN = {"float": 16, "kf_bf16": 8, "kf_f16": 8, "bool": 4}
-
-
-def _cache_k(cached: list[int]) -> int:
-    return ROW_CACHE_K_ONE if len(cached) == 1 else ROW_CACHE_K
 
 
 def _cuda_signature(plan: KernelPlan) -> list[tuple[str, str]]:
@@ -74,11 +70,15 @@ class CudaEmitter(CEmitter):
             out = self.plan.outputs[j]
             self.w(d, f"q{j}[c] = {store(out.dtype, self.var(out.node))};")
 
+    squares: dict = {}  # mean reduction -> the reduction of squared deviations folded into its pass
+
     def reduce(self, d, loop):
         for r in loop.reds:
             n = self.by[r]
             src = self.operand(n.operands[0])
             op = n.red["op"]
+            if r in self.squares:
+                self.w(d, f"acc_{self.squares[r]} += (double){src} * {src};")
             if op in ("sum", "mean"):
                 self.w(d, f"acc_{r} += {src};")
             elif op == "max":
@@ -150,8 +150,15 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
     prog = row_program(plan, cache_rows=False)
     unroll = "#pragma unroll 4" if sched.unroll else None
     e.w(0, f"// {plan.label}")
-    # block-per-row kernels launch up to 1024 threads: the bound caps registers so such a launch always fits
-    bounds = "__launch_bounds__(1024) " if plan.npasses and (sched.parallel or sched.warp_reduce) else ""
+    # block-per-row kernels launch up to row_block_limit threads: the bound caps registers so such a launch always
+    # fits. Batched elementwise kernels launch 64: at least 10 blocks an SM (96 registers a thread) keep enough loads
+    # in flight (rotary embedding, 3 operands and a cat: 109 registers, 25 % occupancy, 69 % of the measured
+    # bandwidth on an H200; 96 registers: 74 %; capping at 64 or 80 spills and costs more)
+    bounds = ""
+    if plan.npasses and (sched.parallel or sched.warp_reduce):
+        bounds = f"__launch_bounds__({row_block_limit(plan, sched)}) "
+    elif not plan.npasses and batched(sched):
+        bounds = "__launch_bounds__(64, 10) "
     e.w(0, f'extern "C" __global__ void {bounds}{plan.name}({params}) {{')
     if plan.npasses == 0:
         # tasks are (group of blockDim.y rows, chunk of columns); threadIdx.y picks the row, so short rows fill a block
@@ -212,7 +219,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         e.w(1, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {")
         e.row_setup(2)
         e.row_nodes(2, prog.row_nodes_by_pass.get(0, []))
-        cached = _row_cache_slots(e, prog) if sched.block else None
+        cached = cached_slots(plan, prog) if sched.block else None
         if cached:
             k = _cache_k(cached)
             conds = ["(cols & 3) == 0", f"cols <= {4 * k} * (long long)blockDim.x"]
@@ -252,27 +259,82 @@ def _row_passes(e: CudaEmitter, d: int, prog, loop_writer, sum_t: str = "double"
     more than the fp32 tolerance on some rows, a double one only by PyTorch's own rounding. Each thread's own
     partial sum is a `sum_t`: float over the at most 32 elements a thread holds in the register row cache (a
     float-to-double conversion and double add per element cost up to 18 % on an H200: logsumexp 1.30 -> 1.07 ms),
-    double when a thread streams a long row."""
+    double when a thread streams a long row. Streaming a row, a variance's pass is folded into its mean's (see
+    `_variance_passes`)."""
     warp = "true" if e.sched.warp_reduce else "false"
+    folded = _variance_passes(e, prog) if sum_t == "double" else {}
+    squares = {m: r2 for m, r2 in folded.values()}
     for loop in prog.loops:
+        if loop.index in folded:
+            continue  # computed with the previous pass
         if loop.kind == "pass":
-            for r in loop.reds:
+            for r in loop.reds + [squares[m] for m in loop.reds if m in squares]:
                 op = e.by[r].red["op"]
                 if op in ("sum", "mean"):
                     e.w(d, f"{sum_t} acc_{r} = 0;")
                 else:
                     e.w(d, f"float acc_{r} = {IDENT[op]};")
+            e.squares = squares
             loop_writer(d, loop)
+            e.squares = {}
             for r in loop.reds:
                 op = e.by[r].red["op"]
-                if op in ("sum", "mean"):
+                if r in squares:
+                    r2 = squares[r]
+                    e.w(d, f"const double kf_m_{r} = kf_block_sum_d(acc_{r}, kf_shd, {warp}) / (double)cols;")
+                    e.w(d, f"const double kf_q_{r} = kf_block_sum_d(acc_{r2}, kf_shd, {warp});")
+                    e.w(d, f"const float {e.var(r)} = (float)kf_m_{r};")
+                    var = f"kf_q_{r} / (double)cols - kf_m_{r} * kf_m_{r}" if e.by[r2].red["op"] == "mean" else \
+                        f"kf_q_{r} - kf_m_{r} * kf_m_{r} * (double)cols"
+                    e.w(d, f"const float {e.var(r2)} = (float)fmax(0.0, {var});")
+                elif op in ("sum", "mean"):
                     div = " / (double)cols" if op == "mean" else ""
                     e.w(d, f"const float {e.var(r)} = (float)(kf_block_sum_d(acc_{r}, kf_shd, {warp}){div});")
                 else:
                     e.w(d, f"const float {e.var(r)} = kf_block_reduce(acc_{r}, {_OPS[op]}, kf_sh, {warp});")
             e.row_nodes(d, prog.row_nodes_by_pass.get(loop.index, []))
+            if loop.index + 1 in folded:
+                e.row_nodes(d, prog.row_nodes_by_pass.get(loop.index + 1, []))
         else:
             loop_writer(d, loop)
+
+
+def _variance_passes(e: CudaEmitter, prog) -> dict[int, tuple[str, str]]:
+    """Passes that only reduce squared deviations from the previous pass's mean: {pass: (mean, squares reduction)}.
+
+    A pass of `sum/mean((u - mean(u))^2)` (LayerNorm's, GroupNorm's, var's and std's variance) reads the row again
+    after its mean's pass. A thread streaming a long row can instead sum u and u^2 in one pass, in double, and take
+    var = E[u^2] - E[u]^2: the cancellation loses about log10(mean^2 / var) of double's 16 digits, far inside the
+    fp32 tolerance (a float sum would lose them from fp32's 7). GroupNorm (rows of 262144 on the gallery's sizes)
+    reads its input twice instead of three times: 2.38 -> 1.71 ms on an H200. Rows held in the register cache
+    keep the two passes (they cost no memory traffic there, and the per-thread sums are float)."""
+    by = e.by
+    out: dict[int, tuple[str, str]] = {}
+    loops = {lp.index: lp for lp in prog.loops if lp.kind == "pass"}
+    for idx, lp in loops.items():
+        prev = loops.get(idx - 1)
+        if prev is None or len(lp.reds) != 1 or (idx - 1) in out:
+            continue
+        r2 = by[lp.reds[0]]
+        if r2.red["op"] not in ("sum", "mean") or r2.operands[0][0] != "node":
+            continue
+        sq = by[r2.operands[0][1]]
+        if sq.fn != "mul" or sq.operands[0] != sq.operands[1] or sq.operands[0][0] != "node":
+            continue
+        dev = by[sq.operands[0][1]]
+        if dev.fn != "sub" or dev.operands[1][0] != "node" or sq.half or dev.half:
+            continue
+        mean = by[dev.operands[1][1]]
+        u = dev.operands[0]
+        if mean.fn != "red" or mean.red["op"] != "mean" or mean.name not in prev.reds or mean.operands[0] != u:
+            continue
+        if set(lp.compute) - set(prev.compute) != {dev.name, sq.name} or not set(lp.slots) <= set(prev.slots):
+            continue
+        if prog.row_nodes_by_pass.get(idx - 1) and any(
+                n in (dev.name, sq.name) for n in prog.row_nodes_by_pass.get(idx - 1, [])):
+            continue
+        out[idx] = (mean.name, r2.name)
+    return out
 
 
 def _row_outputs(e: CudaEmitter, d: int) -> None:
@@ -282,22 +344,6 @@ def _row_outputs(e: CudaEmitter, d: int) -> None:
             if o.level == "R":
                 e.w(d + 1, f"o{j}[r] = {store(o.dtype, e.var(o.node))};")
         e.w(d, "}")
-
-
-def _row_cache_slots(e: CudaEmitter, prog) -> list[int] | None:
-    """Slots a row kernel reads along the row, if all are float and some are read in more than one loop (only then
-    does a cache save memory traffic); None when the register cache does not apply."""
-    reads: dict[int, int] = {}
-    for loop in prog.loops:
-        for si in loop.slots:
-            reads[si] = reads.get(si, 0) + 1
-    if not reads or max(reads.values()) < 2 or has_cat(e.plan):  # cat pieces index by column
-        return None
-    if any(_VTYPE.get(e.plan.slots[si].ctype) != "float4" for si in reads):  # float, or bf16/fp16 widened
-        return None
-    if any(_VTYPE.get(e.plan.outputs[j].dtype) != "float4" for lp in prog.loops for j in lp.outputs):
-        return None
-    return sorted(si for si, n in reads.items() if n >= 2)  # read once (a weight in the last pass): from memory
 
 
 def _row_slots(prog) -> list[int]:

@@ -4,35 +4,34 @@ length) and the sizes the kernel text and the launch must agree on."""
 from __future__ import annotations
 
 from . import emit
+from .cuda_rowcache import ROW_CACHE_K, row_block_limit
 from .plans import KernelPlan
 from .schedule import Schedule
 
 
 def cuda_threads(plan: KernelPlan, sched: Schedule) -> int:
-    """Threads per block: at most 1024 for row kernels under `block_shape` (the run-time size is smaller for short
-    rows); for elementwise kernels 64 under `unroll` (4 vectors in flight per thread and operand: one batch covers a
-    1024-element chunk, and 32 such blocks fill an SM), else 256."""
+    """Threads per block: for row kernels under `block_shape` at most `row_block_limit` (the run-time size is smaller
+    for short rows); for elementwise kernels 64 under `unroll` (4 vectors in flight per thread and operand: one batch
+    covers a 1024-element chunk, and 32 such blocks fill an SM), else 256."""
     if plan.npasses:
-        return 1024 if sched.block else 256
-    return 64 if _batched(sched) else 256
+        return row_block_limit(plan, sched) if sched.block else 256
+    return 64 if batched(sched) else 256
 
 
 def cuda_chunk(sched: Schedule) -> int:
     """Columns per elementwise task: one batch of the block (64 threads x UNROLL float4s) under `unroll`. Measured
     on an H200 (relu, 16384x32768 fp32, kernel time): 64 threads with 1024-element chunks 1.011 ms, as fast as eager
     and torch.compile (1.011); 256 threads with 8192-element chunks (four batches each) 1.056 ms."""
-    if _batched(sched):
+    if batched(sched):
         return 64 * 4 * UNROLL
     return 8192 if sched.block else 1024
 
 
-def _batched(sched: Schedule) -> bool:
+def batched(sched: Schedule) -> bool:
     return sched.block and sched.unroll and sched.vectorize
 
 
 UNROLL = 4  # vectors loaded per operand, back to back, before any is used (the `unroll` move's vector path)
-ROW_CACHE_K = 4  # float4s per thread per operand in the register row cache (16 elements)
-ROW_CACHE_K_ONE = 8  # with a single cached operand: 32 elements a thread, rows up to 32768 in a 1024-thread block
 
 
 def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature) -> emit.Launch:

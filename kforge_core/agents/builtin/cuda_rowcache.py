@@ -1,0 +1,48 @@
+"""The CUDA row kernels' register row cache: which operands it holds, how many float4s a thread keeps of each, and
+the largest block a kernel holding them is compiled for (the kernel text and its launch must agree on all three)."""
+
+from __future__ import annotations
+
+from .exprs import has_cat, row_program
+from .plans import KernelPlan
+from .schedule import Schedule
+
+# 4-element vector access per storage type: the register type a load gives, and the alignment it needs
+VTYPE = {"float": "float4", "kf_bf16": "float4", "kf_f16": "float4", "bool": "uchar4"}
+VALIGN = {"float": 16, "kf_bf16": 8, "kf_f16": 8, "bool": 4}
+
+ROW_CACHE_K = 4  # float4s per thread per operand in the register row cache (16 elements)
+ROW_CACHE_K_ONE = 8  # with a single cached operand: 32 elements a thread, rows up to 32768 in a 1024-thread block
+
+
+def cached_slots(plan: KernelPlan, prog=None) -> list[int] | None:
+    """Slots a row kernel reads along the row, if all are float and some are read in more than one loop (only then
+    does a cache save memory traffic); None when the register cache does not apply."""
+    prog = prog or row_program(plan, cache_rows=False)
+    reads: dict[int, int] = {}
+    for loop in prog.loops:
+        for si in loop.slots:
+            reads[si] = reads.get(si, 0) + 1
+    if not reads or max(reads.values()) < 2 or has_cat(plan):  # cat pieces index by column
+        return None
+    if any(VTYPE.get(plan.slots[si].ctype) != "float4" for si in reads):  # float, or bf16/fp16 widened
+        return None
+    if any(VTYPE.get(plan.outputs[j].dtype) != "float4" for lp in prog.loops for j in lp.outputs):
+        return None
+    return sorted(si for si, n in reads.items() if n >= 2)  # read once (a weight in the last pass): from memory
+
+
+def cache_k(cached: list[int]) -> int:
+    return ROW_CACHE_K_ONE if len(cached) == 1 else ROW_CACHE_K
+
+
+def row_block_limit(plan: KernelPlan, sched: Schedule) -> int:
+    """The most threads a block-per-row kernel is compiled for (`__launch_bounds__`) and launched with.
+
+    1024 caps a thread at 64 registers. A cache of two or more operands (32 floats a thread) plus the operands
+    streamed in the last pass does not always fit in them: add+LayerNorm spilled (64 bytes a thread, 4e7 local
+    requests) and ran at 77 % of the measured bandwidth on an H200; compiled for 512 (80 registers, no spill) it ran
+    at 94 %. A single cached operand fits 64 registers, and more registers cost it occupancy (LayerNorm 90 -> 84 %)."""
+    if sched.block and len(cached_slots(plan) or []) >= 2:
+        return 512
+    return 1024
