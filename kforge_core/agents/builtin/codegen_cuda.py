@@ -8,7 +8,7 @@ row a thread block (block-wide reductions through shared memory); `warp_reduce` 
 pointers are aligned for them and whose length is a multiple of 4, a `cat` reading its pieces lane by lane;
 `block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads (512 when the
 cache holds several operands: `cuda_rowcache`) plus a register cache of the row (read from memory once, however
-many passes; up to 16 elements a thread, 32 with one cached operand); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
+many passes; up to 16 elements a thread, 32 with one cached operand of longer rows); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
 computing any. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row per y),
 row kernels get about 16 elements a thread, so neither leaves most of a block idle. Kernel pointers are
 `__restrict__` (every output is a fresh tensor); bf16/fp16 rounding uses the hardware `cvt` on sm_80+.
@@ -221,7 +221,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         e.row_nodes(2, prog.row_nodes_by_pass.get(0, []))
         cached = cached_slots(plan, prog) if sched.block else None
         if cached:
-            k = _cache_k(cached)
+            k = _cache_k(e.plan, cached)
             conds = ["(cols & 3) == 0", f"cols <= {4 * k} * (long long)blockDim.x"]
             conds += [e.aligned(f"p{si}", plan.slots[si].ctype) for si in _row_slots(prog)]
             conds += [e.aligned(f"q{j}", plan.outputs[j].dtype) for j in sorted({j for lp in prog.loops
@@ -353,7 +353,7 @@ def _row_slots(prog) -> list[int]:
 def _cached_loop(e: CudaEmitter, d: int, loop, cached: list[int]) -> None:
     """One pass over the row held in registers (C<slot>[k], k-th float4 of this thread)."""
     e.w(d, "#pragma unroll")
-    e.w(d, f"for (int k = 0; k < {_cache_k(cached)}; ++k) {{")
+    e.w(d, f"for (int k = 0; k < {_cache_k(e.plan, cached)}; ++k) {{")
     e.w(d + 1, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
     e.w(d + 1, "if (c4 < cols / 4) {")
     e.vec4_body(d + 2, loop, lambda si: f"C{si}[k]" if si in cached else e.vload(si, "c4"))

@@ -174,7 +174,7 @@ def plan_kernel(g: Group, index: int, low: Lowered, users: dict, output_names: s
         if lab not in labels:
             labels.append(lab)
     return KernelPlan(f"kf_k{index}", rank, k, slots, knodes, outputs, npasses, [p.name for p in prims], origins,
-                      "+".join(labels), shape_slots)
+                      "+".join(labels), shape_slots, prod(S[rank - k:]))
 
 
 

@@ -68,6 +68,7 @@ class KernelPlan:
     origins: list[str]  # traced nodes covered
     label: str
     shape_slots: list[int]  # tensor slots whose broadcast gives S at run time
+    traced_cols: int = 0  # the row length at the traced size (run-time rows may differ; the kernels take any)
 
     @property
     def nl(self) -> int:
