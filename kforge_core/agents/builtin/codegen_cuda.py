@@ -162,7 +162,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
     e.w(0, f'extern "C" __global__ void {bounds}{plan.name}({params}) {{')
     if plan.npasses == 0:
         # tasks are (group of blockDim.y rows, chunk of columns); threadIdx.y picks the row, so short rows fill a block
-        e.w(1, f"const long long CH = {cuda_chunk(sched)};")
+        e.w(1, f"const long long CH = {cuda_chunk(plan, sched)};")
         e.w(1, "const long long nch = (cols + CH - 1) / CH;")
         e.w(1, "const long long ntask = ((rows + blockDim.y - 1) / blockDim.y) * nch;")
         e.w(1, "for (long long t = blockIdx.x; t < ntask; t += gridDim.x) {")

@@ -18,12 +18,16 @@ def cuda_threads(plan: KernelPlan, sched: Schedule) -> int:
     return 64 if batched(sched) else 256
 
 
-def cuda_chunk(sched: Schedule) -> int:
-    """Columns per elementwise task: one batch of the block (64 threads x UNROLL float4s) under `unroll`. Measured
-    on an H200 (relu, 16384x32768 fp32, kernel time): 64 threads with 1024-element chunks 1.011 ms, as fast as eager
-    and torch.compile (1.011); 256 threads with 8192-element chunks (four batches each) 1.056 ms."""
+def cuda_chunk(plan: KernelPlan, sched: Schedule) -> int:
+    """Columns per elementwise task: one batch of the block (64 threads x UNROLL float4s) under `unroll`, four when
+    each task first reads per-row values (a normalization's statistics, per-channel parameters). Measured on an H200
+    (kernel time): relu over 16384x32768 fp32, 64 threads with 1024-element chunks 1.011 ms, as fast as eager and
+    torch.compile (1.011), 256 threads with 8192-element chunks (four batches each) 1.056 ms; GroupNorm+SiLU's
+    normalizing kernel (four per-row values, two of them through strided offsets, rows of 16384) took the forward
+    from 1.81 to 1.63 ms with 4096-element chunks."""
     if batched(sched):
-        return 64 * 4 * UNROLL
+        per_row = any(s.kind == "tensor" and s.inner == 0 for s in plan.slots)
+        return 64 * 4 * UNROLL * (4 if per_row else 1)
     return 8192 if sched.block else 1024
 
 
@@ -40,7 +44,7 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature)
     call = [args[role] for _, role in signature(plan)]
     threads = cuda_threads(plan, sched)
     if plan.npasses == 0:
-        chunk = cuda_chunk(sched)
+        chunk = cuda_chunk(plan, sched)
         # x: a power of two covering the row in float4s (at least a warp), or in batches of UNROLL float4s under
         # `unroll` (a 128-wide row: 8 threads, each with 4 float4s in flight); y: rows sharing the block
         per, least = (4 * UNROLL, 4) if (sched.unroll and sched.vectorize) else (4, 32)
