@@ -81,4 +81,4 @@ def test_uncached_row_kernels_keep_1024_and_fold_the_variance():
     src = _kernel_text(res.program)
     assert not re.search(r"float4 C\d+\[", src)
     assert "__launch_bounds__(1024)" in src and "threads = min(256, " in res.program
-    assert re.search(r"acc_\w+ \+= \(double\)\w+ \* \w+;", src) and "(float)fmax(0.0, kf_q_" in src
+    assert re.search(r"acc_\w+ \+= \(double\)\w+ \* \w+;", src) and "< 0.0 ? 0.0 : kf_v_" in src

@@ -126,3 +126,39 @@ def test_streamed_variance_correct_far_from_zero(kind, tmp_path):
     assert "kf_q_" in res.program, "the streaming path should fold the variance into the mean's pass"
     v = evaluate(load_problem(path), res.program, "cuda", EvalOptions(timing=False))
     assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"
+
+
+def test_streamed_variance_keeps_nan_where_pytorch_has_it(tmp_path):
+    """A group holding an inf has a NaN variance in PyTorch (inf - inf), so its outputs are NaN; the folded variance
+    (E[x^2] - E[x]^2 = inf - inf) must not be clamped to 0 there. Run in-process: the evaluator never passes NaN."""
+    from kforge_core.agents.builtin import BuiltinGenerationAgent
+    from kforge_core.platform import get_platform
+
+    module, expr, inputs = _OFFSET_ROWS["groupnorm"]
+    source = (f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+              f"    def __init__(self):\n        super().__init__()\n        self.m = {module}\n\n"
+              f"    def forward(self, x):\n        return torch.sigmoid({expr})\n\n\n"
+              f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from builtin_gallery import full_schedule
+
+    res = BuiltinGenerationAgent().synthesize(source, "cuda", full_schedule(get_platform("cuda")), "groupnorm_inf")
+    assert res.program and "kf_q_" in res.program, res.error
+    problem_ns: dict = {}
+    exec(compile(source, "problem.py", "exec"), problem_ns)  # noqa: S102 - the test's own source
+    cand_ns: dict = {"__name__": "candidate"}
+    exec(compile(res.program, "candidate.py", "exec"), cand_ns)  # noqa: S102 - our own generated program
+    torch.manual_seed(0)
+    ref = problem_ns["Model"]().cuda()
+    cand = cand_ns["ModelNew"]().cuda()
+    cand.load_state_dict(ref.state_dict())
+    x = 1000.0 + torch.randn(4, 128, 64, 64, device="cuda")
+    x[1, 37, 5, 9] = float("inf")  # group 4 of sample 1
+    with torch.no_grad():
+        want, got = ref(x), cand(x)
+    assert torch.isnan(want[1, 32:48]).all() and not torch.isnan(want[0]).any()
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    ok = ~torch.isnan(want)
+    torch.testing.assert_close(got[ok], want[ok], rtol=1e-4, atol=1e-4)

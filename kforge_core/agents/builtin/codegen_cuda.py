@@ -286,7 +286,9 @@ def _row_passes(e: CudaEmitter, d: int, prog, loop_writer, sum_t: str = "double"
                     e.w(d, f"const float {e.var(r)} = (float)kf_m_{r};")
                     var = f"kf_q_{r} / (double)cols - kf_m_{r} * kf_m_{r}" if e.by[r2].red["op"] == "mean" else \
                         f"kf_q_{r} - kf_m_{r} * kf_m_{r} * (double)cols"
-                    e.w(d, f"const float {e.var(r2)} = (float)fmax(0.0, {var});")
+                    # rounding can leave a tiny negative; NaN (a row holding inf or NaN) stays NaN, as PyTorch's
+                    e.w(d, f"const double kf_v_{r2} = {var};")
+                    e.w(d, f"const float {e.var(r2)} = (float)(kf_v_{r2} < 0.0 ? 0.0 : kf_v_{r2});")
                 elif op in ("sum", "mean"):
                     div = " / (double)cols" if op == "mean" else ""
                     e.w(d, f"const float {e.var(r)} = (float)(kf_block_sum_d(acc_{r}, kf_shd, {warp}){div});")
