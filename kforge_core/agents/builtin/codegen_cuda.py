@@ -8,10 +8,11 @@ row a thread block (block-wide reductions through shared memory); `warp_reduce` 
 pointers are aligned for them and whose length is a multiple of 4, a `cat` reading its pieces lane by lane;
 `block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads (512 when the
 cache holds several operands: `cuda_rowcache`) plus a register cache of the row (read from memory once, however
-many passes; up to 16 elements a thread, 32 with one cached operand of longer rows); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
-computing any. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row per y),
-row kernels get about 16 elements a thread, so neither leaves most of a block idle. Kernel pointers are
-`__restrict__` (every output is a fresh tensor); bf16/fp16 rounding uses the hardware `cvt` on sm_80+.
+many passes; up to 16 elements a thread, 32 with one cached operand of longer rows); `unroll` adds
+`#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before computing any. Blocks are
+sized to the row at run time: short rows share a block (2-D blocks, one row per y), row kernels get about 16
+elements a thread, so neither leaves most of a block idle. Kernel pointers are `__restrict__` (every output is a
+fresh tensor); bf16/fp16 rounding uses the hardware `cvt` on sm_80+.
 
 `CudaEmitter` (the C-like statement writer) and `IDENT` are shared with the Metal writer.
 """
@@ -331,9 +332,6 @@ def _variance_passes(e: CudaEmitter, prog) -> dict[int, tuple[str, str]]:
         if mean.fn != "red" or mean.red["op"] != "mean" or mean.name not in prev.reds or mean.operands[0] != u:
             continue
         if set(lp.compute) - set(prev.compute) != {dev.name, sq.name} or not set(lp.slots) <= set(prev.slots):
-            continue
-        if prog.row_nodes_by_pass.get(idx - 1) and any(
-                n in (dev.name, sq.name) for n in prog.row_nodes_by_pass.get(idx - 1, [])):
             continue
         out[idx] = (mean.name, r2.name)
     return out
