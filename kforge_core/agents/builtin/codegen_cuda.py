@@ -25,10 +25,7 @@ from .codegen_cpu import CEmitter
 from .codegen_cpu import signature as cpu_signature
 from .cuda_launch import UNROLL, batched, cuda_chunk, cuda_launch_lines
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
-from .cuda_rowcache import VALIGN as _VALIGN
-from .cuda_rowcache import VTYPE as _VTYPE
-from .cuda_rowcache import cache_k as _cache_k
-from .cuda_rowcache import cached_slots, row_block_limit
+from .cuda_rowcache import VALIGN, VTYPE, cache_k, cached_slots, row_block_limit
 from .exprs import cat_lines, half_math, has_cat, load, node_expr, row_program, store, value_ctype
 from .plans import KernelPlan
 from .schedule import Schedule
@@ -107,7 +104,7 @@ class CudaEmitter(CEmitter):
         """The body of a float4 loop at index c4: each slot's float4 from `load(slot)`, the loop's values per lane,
         reductions, and float4 stores of its outputs. A `cat` reads its pieces lane by lane at the lane's column."""
         for si in loop.slots:
-            self.w(d, f"const {_VTYPE[self.plan.slots[si].ctype]} X{si} = {load(si)};")
+            self.w(d, f"const {VTYPE[self.plan.slots[si].ctype]} X{si} = {load(si)};")
         for j in loop.outputs:
             self.w(d, f"float4 Y{j};")
         for i, lane in enumerate("xyzw"):
@@ -133,14 +130,14 @@ class CudaEmitter(CEmitter):
 
     @staticmethod
     def aligned(ptr: str, ctype: str) -> str:
-        return f"(((unsigned long long){ptr}) & {_VALIGN[ctype] - 1}) == 0"
+        return f"(((unsigned long long){ptr}) & {VALIGN[ctype] - 1}) == 0"
 
     def vec4_ok(self, loop) -> str:
         """Condition under which a loop may use 4-element accesses: the row length is a multiple of 4 and every row
         pointer it reads or writes along the row is aligned for them (cat pieces are read per lane)."""
         ptrs = [(f"p{si}", self.plan.slots[si].ctype) for si in loop.slots]
         ptrs += [(f"q{j}", self.plan.outputs[j].dtype) for j in loop.outputs]
-        if not ptrs or any(t not in _VALIGN or (t == "bool" and p[0] == "q") for p, t in ptrs):
+        if not ptrs or any(t not in VALIGN or (t == "bool" and p[0] == "q") for p, t in ptrs):
             return ""
         return " && ".join(["(cols & 3) == 0"] + [self.aligned(p, t) for p, t in ptrs])
 
@@ -222,7 +219,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         e.row_nodes(2, prog.row_nodes_by_pass.get(0, []))
         cached = cached_slots(plan, prog) if sched.block else None
         if cached:
-            k = _cache_k(e.plan, cached)
+            k = cache_k(e.plan, cached)
             conds = ["(cols & 3) == 0", f"cols <= {4 * k} * (long long)blockDim.x"]
             conds += [e.aligned(f"p{si}", plan.slots[si].ctype) for si in _row_slots(prog)]
             conds += [e.aligned(f"q{j}", plan.outputs[j].dtype) for j in sorted({j for lp in prog.loops
@@ -283,10 +280,10 @@ def _row_passes(e: CudaEmitter, d: int, prog, loop_writer, sum_t: str = "double"
                 if r in squares:
                     r2 = squares[r]
                     e.w(d, f"const double kf_m_{r} = kf_block_sum_d(acc_{r}, kf_shd, {warp}) / (double)cols;")
-                    e.w(d, f"const double kf_q_{r} = kf_block_sum_d(acc_{r2}, kf_shd, {warp});")
+                    e.w(d, f"const double kf_q_{r2} = kf_block_sum_d(acc_{r2}, kf_shd, {warp});")
                     e.w(d, f"const float {e.var(r)} = (float)kf_m_{r};")
-                    var = f"kf_q_{r} / (double)cols - kf_m_{r} * kf_m_{r}" if e.by[r2].red["op"] == "mean" else \
-                        f"kf_q_{r} - kf_m_{r} * kf_m_{r} * (double)cols"
+                    var = f"kf_q_{r2} / (double)cols - kf_m_{r} * kf_m_{r}" if e.by[r2].red["op"] == "mean" else \
+                        f"kf_q_{r2} - kf_m_{r} * kf_m_{r} * (double)cols"
                     # rounding can leave a tiny negative; NaN (a row holding inf or NaN) stays NaN, as PyTorch's
                     e.w(d, f"const double kf_v_{r2} = {var};")
                     e.w(d, f"const float {e.var(r2)} = (float)(kf_v_{r2} < 0.0 ? 0.0 : kf_v_{r2});")
@@ -353,7 +350,7 @@ def _row_slots(prog) -> list[int]:
 def _cached_loop(e: CudaEmitter, d: int, loop, cached: list[int]) -> None:
     """One pass over the row held in registers (C<slot>[k], k-th float4 of this thread)."""
     e.w(d, "#pragma unroll")
-    e.w(d, f"for (int k = 0; k < {_cache_k(e.plan, cached)}; ++k) {{")
+    e.w(d, f"for (int k = 0; k < {cache_k(e.plan, cached)}; ++k) {{")
     e.w(d + 1, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
     e.w(d + 1, "if (c4 < cols / 4) {")
     e.vec4_body(d + 2, loop, lambda si: f"C{si}[k]" if si in cached else e.vload(si, "c4"))
@@ -377,7 +374,7 @@ def _cuda_loop(e: CudaEmitter, d: int, loop, lo: str, hi: str, unroll: str | Non
             e.w(d + 1, f"for (long long c4b = {lo} / 4 + threadIdx.x; c4b < {hi} / 4; "
                        f"c4b += {UNROLL} * (long long)blockDim.x) {{")
             for si in loop.slots:
-                e.w(d + 2, f"{_VTYPE[e.plan.slots[si].ctype]} B{si}[{UNROLL}];")
+                e.w(d + 2, f"{VTYPE[e.plan.slots[si].ctype]} B{si}[{UNROLL}];")
             for part in ("load", "compute"):
                 e.w(d + 2, "#pragma unroll")
                 e.w(d + 2, f"for (int u = 0; u < {UNROLL}; ++u) {{")

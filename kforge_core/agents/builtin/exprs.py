@@ -293,8 +293,7 @@ def row_program(plan: KernelPlan, cache_rows: bool) -> RowProgram:
     for loop in loops:
         loop.store_cache = [n for n in loop.store_cache if n not in stored]
         stored |= set(loop.store_cache)
-    row_slots = [s.index for s in plan.slots if s.kind == "tensor" and s.inner == 0]
-    return RowProgram(loops, row_nodes, row_slots, cached)
+    return RowProgram(loops, row_nodes, plan.row_slots, cached)
 
 
 def describe_plan(plan: KernelPlan) -> str:

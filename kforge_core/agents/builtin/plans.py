@@ -75,6 +75,11 @@ class KernelPlan:
         return self.rank - self.k
 
     @property
+    def row_slots(self) -> list[int]:
+        """Tensor slots holding one value per row (loaded once per row, before the row's loops)."""
+        return [s.index for s in self.slots if s.kind == "tensor" and s.inner == 0]
+
+    @property
     def has_reduction(self) -> bool:
         return self.npasses > 0
 

@@ -1,7 +1,7 @@
-"""The CUDA writer's register row cache, as written into the program text (CPU only: NVRTC is not needed to read
-it): how deep a thread's cache of each operand is, and the block size a kernel caching several operands is compiled
-and launched for. The numbers behind both choices were measured on an H200 (see `cuda_rowcache`); the GPU tests
-judge such candidates correct."""
+"""Choices of the CUDA writer measured on an H200, as written into the program text (CPU only: NVRTC is not needed
+to read it): how deep a thread's register row cache of each operand is, the block size a kernel caching several
+operands is compiled and launched for, the register bound of batched elementwise kernels, the variance folded into
+its mean's pass on the streaming path, and softmax's reciprocal. The GPU tests judge such candidates correct."""
 
 from __future__ import annotations
 
@@ -81,4 +81,19 @@ def test_uncached_row_kernels_keep_1024_and_fold_the_variance():
     src = _kernel_text(res.program)
     assert not re.search(r"float4 C\d+\[", src)
     assert "__launch_bounds__(1024)" in src and "threads = min(256, " in res.program
-    assert re.search(r"acc_\w+ \+= \(double\)\w+ \* \w+;", src) and "< 0.0 ? 0.0 : kf_v_" in src
+    assert re.search(r"acc_\w+ \+= \(double\)\w+ \* \w+;", src)
+    assert "< 0.0 ? 0.0 : kf_v_" in src  # a rounding negative is clamped, NaN is kept (not fmax)
+
+
+def test_batched_elementwise_kernels_are_bounded_to_96_registers():
+    prog = _synthesize(_source("torch.nn.functional.gelu(x) * y + 1.0", "[torch.randn(8, 4096), torch.randn(8, 4096)]"))
+    src = _kernel_text(prog)
+    assert "__launch_bounds__(64, 10)" in src and "block=(tx, ty)" in prog
+
+
+def test_softmax_multiplies_by_the_reciprocal_sum():
+    """One division per row (1.0f / sum), a multiplication per element."""
+    prog = _synthesize(_source("torch.softmax(x, dim=-1) * y", "[torch.randn(4, 512), torch.randn(4, 512)]"))
+    src = _kernel_text(prog)
+    assert re.search(r"const float v_\w+ = \(1\.0f / v_\w*sum\w*\);", src)
+    assert not re.search(r"v_\w*exp\w* / v_\w*sum", src)
