@@ -1,7 +1,8 @@
 """Choices of the CUDA writer measured on an H200, as written into the program text (CPU only: NVRTC is not needed
 to read it): how deep a thread's register row cache of each operand is, the block size a kernel caching several
 operands is compiled and launched for, the register bound of batched elementwise kernels, the variance folded into
-its mean's pass on the streaming path, and softmax's reciprocal. The GPU tests judge such candidates correct."""
+its mean's pass on the streaming path, softmax's reciprocal, and strided operands' row offsets from the host's
+(n, s) pairs. The GPU tests judge such candidates correct."""
 
 from __future__ import annotations
 
@@ -97,3 +98,19 @@ def test_softmax_multiplies_by_the_reciprocal_sum():
     src = _kernel_text(prog)
     assert re.search(r"const float v_\w+ = \(1\.0f / v_\w*sum\w*\);", src)
     assert not re.search(r"v_\w*exp\w* / v_\w*sum", src)
+
+
+def test_strided_operands_read_their_offset_pair_once_per_thread():
+    """An operand broadcast over leading dims (y) and one needing a division per dim (z, broadcast over a middle
+    dim) both take their kf_fast pair from meta before the row loop; the Metal writer keeps its own kf_off."""
+    src = _source("torch.softmax(x * y + z, dim=-1)", "[torch.randn(4, 8, 16, 32), torch.randn(16, 32), torch.randn(4, 1, 16, 32)]")
+    src = src.replace("def forward(self, x, y):", "def forward(self, x, y, z):")
+    kernel = _kernel_text(_synthesize(src))
+    pairs = re.findall(r"const long long kn(\d+) = meta\[(\d+)\], ks\1 = meta\[(\d+)\];", kernel)
+    assert [(int(a), int(b)) for _, a, b in pairs] == [(9, 10), (11, 12)]  # after 3 row dims and 2 x 3 strides
+    assert kernel.index("const long long kn") < kernel.index("for (long long r = blockIdx.x;")
+    calls = re.findall(r"kf_off\(r, meta, meta \+ 3 \+ \d, 3, kn(\d+), ks(\d+)\)", kernel)
+    assert len(calls) == 2 and all(a == b for a, b in calls)
+    metal = BuiltinGenerationAgent(size_class="cpu").synthesize(src, "metal", FULL, "p").program
+    assert "kn" not in re.search(r'SOURCE = r"""(.*?)"""', metal, re.S).group(1)
+    assert re.search(r"kf_off\(r, meta, meta \+ 3 \+ \d, 3\)", metal)

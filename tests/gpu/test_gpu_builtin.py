@@ -5,6 +5,7 @@ are judged correct by the real evaluator. Skipped without an NVIDIA GPU; `script
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,31 @@ def test_streamed_variance_keeps_nan_where_pytorch_has_it(tmp_path):
     assert torch.equal(torch.isnan(got), torch.isnan(want))
     ok = ~torch.isnan(want)
     torch.testing.assert_close(got[ok], want[ok], rtol=1e-4, atol=1e-4)
+
+
+_STRIDED = {
+    # a row kernel: y broadcast over leading dims (offset pair n > 0), z over a middle dim (a division per dim)
+    "row_pair_and_per_dim": ("torch.softmax(x * y + z, dim=-1)",
+                             "torch.randn(16, 8, 64, 256), torch.randn(64, 256), torch.randn(16, 1, 64, 256)"),
+    # an elementwise kernel: z transposed (a division per dim), y a slice of a wider tensor (pair n = 0)
+    "elementwise_transposed_and_sliced": ("x + y[..., 1:] * z.transpose(1, 2)",
+                                          "torch.randn(8, 16, 32, 128), torch.randn(8, 16, 32, 129), "
+                                          "torch.randn(8, 32, 16, 128)"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_STRIDED))
+def test_strided_operands_correct_on_cuda(kind, tmp_path):
+    """Row offsets from the host's (n, s) pairs and from the per-dim fallback, judged by the evaluator."""
+    from kforge_core.evaluator import EvalOptions, evaluate
+    from kforge_core.problem import load_problem
+
+    expr, inputs = _STRIDED[kind]
+    path = tmp_path / f"strided_{kind}.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    f"    def forward(self, x, y, z):\n        return {expr}\n\n\n"
+                    f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
+    res = _synthesize_optimized(path.read_text(), kind)
+    assert re.search(r"kf_off\(r, meta, [^;]*, kn\d+, ks\d+\)", res.program), "no strided operand in a kernel"
+    v = evaluate(load_problem(path), res.program, "cuda", EvalOptions(timing=False))
+    assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"

@@ -213,19 +213,20 @@ class CEmitter:
             return "(float)cols" if not o[1] else f"((float)cols - {flit(o[1])})"
         raise ValueError(o)
 
+    def offset(self, s) -> str:
+        """Where row r of tensor slot s starts in its operand."""
+        if s.mode == "rowmajor":
+            return "r * cols" if s.inner == 1 else "r"
+        if s.mode == "zero":
+            return "0"
+        nl = self.plan.nl
+        return f"kf_off(r, meta, meta + {nl} + {self.general.index(s.index) * nl}, {nl})"
+
     def row_setup(self, depth: int) -> None:
-        plan = self.plan
-        for s in plan.slots:
+        for s in self.plan.slots:
             if s.kind != "tensor":
                 continue
-            if s.mode == "rowmajor":
-                off = "r * cols" if s.inner == 1 else "r"
-            elif s.mode == "zero":
-                off = "0"
-            else:
-                gi = self.general.index(s.index)
-                off = f"kf_off(r, meta, meta + {plan.nl} + {gi * plan.nl}, {plan.nl})"
-            self.w(depth, f"const {s.ctype}* p{s.index} = a{s.index} + {off};")
+            self.w(depth, f"const {s.ctype}* p{s.index} = a{s.index} + {self.offset(s)};")
             if s.inner == 0:
                 self.w(depth, f"const {value_ctype(s.ctype)} r{s.index} = {load(s.ctype, f'p{s.index}[0]')};")
 

@@ -1,18 +1,19 @@
 """CUDA C++ candidate writer, compiled through NVRTC (`platforms.cuda.compile_cuda`).
 
-Same kernel plans as the CPU writer (row space, element- and row-level values, reduction passes); the schedule
-knobs mean: elementwise kernels run (row, chunk) tasks, one thread block per task on rows of at least a chunk and
-over a grid-stride loop on shorter ones. Row kernels start with one thread per row; `parallelize_rows` gives each
-row a thread block (block-wide reductions through shared memory); `warp_reduce` reduces with warp shuffles first;
+Same kernel plans as the CPU writer (row space, element- and row-level values, reduction passes); the schedule knobs
+mean: elementwise kernels run (row, chunk) tasks, one thread block per task on rows of at least a chunk and over a
+grid-stride loop on shorter ones. Row kernels start with one thread per row; `parallelize_rows` gives each row a
+thread block (block-wide reductions through shared memory); `warp_reduce` reduces with warp shuffles first;
 `vectorize` uses 4-element loads/stores (float4; 8 bytes of bf16/fp16 widened to a float4; 4 bools) on rows whose
 pointers are aligned for them and whose length is a multiple of 4, a `cat` reading its pieces lane by lane;
-`block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads (512 when the
-cache holds several operands: `cuda_rowcache`) plus a register cache of the row (read from memory once, however
-many passes; up to 16 elements a thread, 32 with one cached operand of longer rows); `unroll` adds
-`#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before computing any. Blocks are
-sized to the row at run time: short rows share a block (2-D blocks, one row per y), row kernels get about 16
-elements a thread, so neither leaves most of a block idle. Kernel pointers are `__restrict__` (every output is a
-fresh tensor); bf16/fp16 rounding uses the hardware `cvt` on sm_80+.
+`block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads (512 when the cache
+holds several operands: `cuda_rowcache`) plus a register cache of the row (read from memory once, however many
+passes; up to 16 elements a thread, 32 with one cached operand of longer rows); `unroll` adds `#pragma unroll 4` and
+makes elementwise threads load 4 vectors per operand before computing any. A strided operand's row offset comes from
+the pair (n, s) the host works out per layout (`kf_fast`, passed after the strides in meta): (r % n) * s, so a row
+costs at most one division. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row
+per y), row kernels get about 16 elements a thread, so neither leaves most of a block idle. Kernel pointers are
+`__restrict__` (every output is a fresh tensor); bf16/fp16 rounding uses the hardware `cvt` on sm_80+.
 
 `CudaEmitter` (the C-like statement writer) and `IDENT` are shared with the Metal writer.
 """
@@ -46,6 +47,22 @@ def _cuda_signature(plan: KernelPlan) -> list[tuple[str, str]]:
 
 
 class CudaEmitter(CEmitter):
+    fast_offsets = True  # row offsets from the host's kf_fast pairs (see offset_setup); the Metal writer's are not
+
+    def offset_setup(self, d) -> None:
+        """Each strided operand's kf_fast pair, read from meta once per thread (meta: row dims, strides, pairs)."""
+        if not self.fast_offsets:
+            return
+        base = self.plan.nl * (1 + len(self.general))
+        for gi, si in enumerate(self.general):
+            self.w(d, f"const long long kn{si} = meta[{base + 2 * gi}], ks{si} = meta[{base + 2 * gi + 1}];")
+
+    def offset(self, s) -> str:
+        if s.mode != "general" or not self.fast_offsets:
+            return super().offset(s)
+        nl, gi = self.plan.nl, self.general.index(s.index)
+        return f"kf_off(r, meta, meta + {nl} + {gi * nl}, {nl}, kn{s.index}, ks{s.index})"
+
     def row_setup(self, d):
         super().row_setup(d)
         for j, o in enumerate(self.plan.outputs):
@@ -158,6 +175,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
     elif not plan.npasses and batched(sched):
         bounds = "__launch_bounds__(64, 10) "
     e.w(0, f'extern "C" __global__ void {bounds}{plan.name}({params}) {{')
+    e.offset_setup(1)
     if plan.npasses == 0:
         # tasks are (group of blockDim.y rows, chunk of columns); threadIdx.y picks the row, so short rows fill a block
         e.w(1, f"const long long CH = {cuda_chunk(plan, sched)};")

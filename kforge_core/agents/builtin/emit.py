@@ -127,13 +127,34 @@ def kf_remember(plans, key, plan):
     plans[key] = plan
 
 
+def kf_fast(dims, st):
+    """(n, s) such that row r of an operand with these row dims and strides starts at (r % n) * s, or r * s when
+    n is 0; (-1, 0) when no such pair exists (a division per dim). Most operands are linear over their trailing
+    row dims and broadcast (stride 0) over the rest, so kernels need no per-dim division for them."""
+    nl = len(dims)
+    if nl == 0:
+        return 0, 0
+    s, n, d = st[-1], dims[-1], nl - 2
+    while d >= 0 and (dims[d] == 1 or st[d] == s * n):
+        n *= dims[d]
+        d -= 1
+    e = d
+    while e >= 0 and (dims[e] == 1 or st[e] == 0):
+        e -= 1
+    if e >= 0:
+        return -1, 0
+    return (0, s) if d < 0 else (n, s)
+
+
 def kf_meta(lead, strides, device):
+    """The row dims, each operand's row strides, then each operand's kf_fast pair, as one int64 device tensor."""
     key = (tuple(lead), tuple(tuple(s) for s in strides), str(device))
     m = KF_META.get(key)
     if m is None:
         if len(KF_META) > 256:
             KF_META.clear()
-        m = torch.tensor(list(lead) + [x for s in strides for x in s], dtype=torch.int64, device=device)
+        fast = [x for s in strides for x in kf_fast(lead, s)]
+        m = torch.tensor(list(lead) + [x for s in strides for x in s] + fast, dtype=torch.int64, device=device)
         KF_META[key] = m
     return m
 '''.strip("\n")
