@@ -1,8 +1,8 @@
 """Choices of the CUDA writer measured on an H200, as written into the program text (CPU only: NVRTC is not needed
 to read it): how deep a thread's register row cache of each operand is, the block size a kernel caching several
 operands is compiled and launched for, the register bound of batched elementwise kernels, the variance folded into
-its mean's pass on the streaming path, softmax's reciprocal, and strided operands' row offsets from the host's
-(n, s) pairs. The GPU tests judge such candidates correct."""
+its mean's pass on the streaming path, softmax's reciprocal, strided operands' row offsets from the host's (n, s)
+pairs, and bf16/fp16 operands kept packed in the cache. The GPU tests judge such candidates correct."""
 
 from __future__ import annotations
 
@@ -114,3 +114,24 @@ def test_strided_operands_read_their_offset_pair_once_per_thread():
     metal = BuiltinGenerationAgent(size_class="cpu").synthesize(src, "metal", FULL, "p").program
     assert "kn" not in re.search(r'SOURCE = r"""(.*?)"""', metal, re.S).group(1)
     assert re.search(r"kf_off\(r, meta, meta \+ 3 \+ \d, 3\)", metal)
+
+
+def test_half_precision_cache_is_packed_and_twice_as_deep():
+    """bf16 operands stay packed in the cache (uint2), widened at each use; a cache of only such operands holds 8
+    vectors of each and the launch gives a thread 32 elements. Next to a float operand a bf16 one is still packed,
+    but the depth and the launch stay those of float caches."""
+    rms = "(H * torch.rsqrt(H.pow(2).mean(dim=-1, keepdim=True) + 1e-6))"
+    src = _source(f"{rms.replace('H', '(x + y).float()')}.to(torch.bfloat16)",
+                  "[torch.randn(2, 4096).to(torch.bfloat16), torch.randn(2, 4096).to(torch.bfloat16)]")
+    prog = _synthesize(src)
+    kernel = _kernel_text(prog)
+    assert re.findall(r"(\w+) C\d+\[(\d)\];", kernel) == [("uint2", "8"), ("uint2", "8")]
+    assert re.search(r"C0\[k\] = reinterpret_cast<const uint2\*>\(p0\)\[c4\];", kernel)
+    assert "const float4 X0 = kf_ld4_bf16(C0[k]);" in kernel
+    assert "cols <= 32 * (long long)blockDim.x" in kernel and "cols // 32 - 1" in prog
+
+    mixed = _synthesize(_source(rms.replace("H", "(x.float() + y)"),
+                                "[torch.randn(2, 4096).to(torch.bfloat16), torch.randn(2, 4096)]"))
+    kernel = _kernel_text(mixed)
+    assert sorted(re.findall(r"(\w+) C\d+\[(\d)\];", kernel)) == [("float4", "4"), ("uint2", "4")]
+    assert "cols <= 16 * (long long)blockDim.x" in kernel and "cols // 16 - 1" in mixed

@@ -166,18 +166,45 @@ _STRIDED = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(_STRIDED))
-def test_strided_operands_correct_on_cuda(kind, tmp_path):
-    """Row offsets from the host's (n, s) pairs and from the per-dim fallback, judged by the evaluator."""
+def _judge(tmp_path, name: str, params: str, expr: str, inputs: str, pattern: str) -> None:
+    """Synthesize `forward(self, <params>): return <expr>` fully optimized, check the program has `pattern` (the code
+    path under test), and have the evaluator judge it at these sizes."""
     from kforge_core.evaluator import EvalOptions, evaluate
     from kforge_core.problem import load_problem
 
-    expr, inputs = _STRIDED[kind]
-    path = tmp_path / f"strided_{kind}.py"
+    path = tmp_path / f"{name}.py"
     path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
-                    f"    def forward(self, x, y, z):\n        return {expr}\n\n\n"
+                    f"    def forward(self, {params}):\n        return {expr}\n\n\n"
                     f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
-    res = _synthesize_optimized(path.read_text(), kind)
-    assert re.search(r"kf_off\(r, meta, [^;]*, kn\d+, ks\d+\)", res.program), "no strided operand in a kernel"
+    res = _synthesize_optimized(path.read_text(), name)
+    assert re.search(pattern, res.program), f"the program lacks {pattern!r}"
     v = evaluate(load_problem(path), res.program, "cuda", EvalOptions(timing=False))
     assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"
+
+
+@pytest.mark.parametrize("kind", sorted(_STRIDED))
+def test_strided_operands_correct_on_cuda(kind, tmp_path):
+    """Row offsets from the host's (n, s) pairs and from the per-dim fallback, judged by the evaluator."""
+    expr, inputs = _STRIDED[kind]
+    _judge(tmp_path, kind, "x, y, z", expr, inputs, r"kf_off\(r, meta, [^;]*, kn\d+, ks\d+\)")
+
+
+_RMS = "(H * torch.rsqrt(H.pow(2).mean(dim=-1, keepdim=True) + 1e-6))"
+_PACKED = {
+    # a single fp16 operand: 8 packed vectors a thread (32 elements)
+    "fp16_softmax": ("torch.softmax(x.float(), dim=-1).half() * y", "torch.randn(512, 4096).half(), torch.rand(4096).half()",
+                     r"uint2 C0\[8\];"),
+    # a single fp16 operand of 32768-wide rows: 16 packed vectors a thread
+    "fp16_long_rows": ("torch.log_softmax(x.float(), dim=-1) + y", "torch.randn(256, 32768).half(), torch.randn(256, 1)",
+                       r"uint2 C0\[16\];"),
+    # bf16 next to float: the bf16 operand packed, both 4 deep
+    "bf16_with_float": (_RMS.replace("H", "(x.float() + y)"),
+                        "torch.randn(1024, 4096).to(torch.bfloat16), torch.randn(1024, 4096)", r"uint2 C\d\[4\];"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_PACKED))
+def test_packed_half_caches_correct_on_cuda(kind, tmp_path):
+    """bf16/fp16 operands kept packed in the register row cache, widened at each use, judged by the evaluator."""
+    expr, inputs, pattern = _PACKED[kind]
+    _judge(tmp_path, kind, "x, y", expr, inputs, pattern)

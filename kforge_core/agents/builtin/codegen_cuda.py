@@ -8,12 +8,13 @@ thread block (block-wide reductions through shared memory); `warp_reduce` reduce
 pointers are aligned for them and whose length is a multiple of 4, a `cat` reading its pieces lane by lane;
 `block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads (512 when the cache
 holds several operands: `cuda_rowcache`) plus a register cache of the row (read from memory once, however many
-passes; up to 16 elements a thread, 32 with one cached operand of longer rows); `unroll` adds `#pragma unroll 4` and
-makes elementwise threads load 4 vectors per operand before computing any. A strided operand's row offset comes from
-the pair (n, s) the host works out per layout (`kf_fast`, passed after the strides in meta): (r % n) * s, so a row
-costs at most one division. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row
-per y), row kernels get about 16 elements a thread, so neither leaves most of a block idle. Kernel pointers are
-`__restrict__` (every output is a fresh tensor); bf16/fp16 rounding uses the hardware `cvt` on sm_80+.
+passes; up to 16 elements a thread, 32 with one cached operand of longer rows; bf16/fp16 kept packed, twice as deep
+when all are); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
+computing any. A strided operand's row offset comes from the pair (n, s) the host works out per layout (`kf_fast`,
+passed after the strides in meta): (r % n) * s, so a row costs at most one division. Blocks are sized to the row at
+run time: short rows share a block (2-D blocks, one row per y), row kernels get about 16 elements a thread, so
+neither leaves most of a block idle. Kernel pointers are `__restrict__` (every output is a fresh tensor); bf16/fp16
+rounding uses the hardware `cvt` on sm_80+.
 
 `CudaEmitter` (the C-like statement writer) and `IDENT` are shared with the Metal writer.
 """
@@ -26,7 +27,7 @@ from .codegen_cpu import CEmitter
 from .codegen_cpu import signature as cpu_signature
 from .cuda_launch import UNROLL, batched, cuda_chunk, cuda_launch_lines
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
-from .cuda_rowcache import VALIGN, VTYPE, cache_k, cached_slots, row_block_limit
+from .cuda_rowcache import PACKED, VALIGN, VTYPE, cache_k, cached_slots, row_block_limit
 from .exprs import cat_lines, half_math, has_cat, load, node_expr, row_program, store, value_ctype
 from .plans import KernelPlan
 from .schedule import Schedule
@@ -101,15 +102,20 @@ class CudaEmitter(CEmitter):
             else:
                 self.w(d, f"acc_{r} = {src} < acc_{r} ? {src} : acc_{r};")
 
-    def vload(self, si: int, idx: str) -> str:
+    def vload(self, si: int, idx: str, packed: bool = False) -> str:
         """The float4 (four row elements from `idx * 4`) of slot `si`: one 16-byte load for float, one 8-byte load
-        widened lane by lane for bf16/fp16."""
+        widened lane by lane for bf16/fp16 (kept as the loaded uint2 when `packed`)."""
         ctype = self.plan.slots[si].ctype
         if ctype == "float":
             return f"reinterpret_cast<const float4*>(p{si})[{idx}]"
         if ctype == "bool":
             return f"reinterpret_cast<const uchar4*>(p{si})[{idx}]"
-        return f"kf_ld4_{ctype[3:]}(reinterpret_cast<const uint2*>(p{si})[{idx}])"
+        raw = f"reinterpret_cast<const uint2*>(p{si})[{idx}]"
+        return raw if packed else self.widen(si, raw)
+
+    def widen(self, si: int, packed: str) -> str:
+        """The float4 of four bf16/fp16 elements of slot `si` held packed in a uint2."""
+        return f"kf_ld4_{self.plan.slots[si].ctype[3:]}({packed})"
 
     def vstore(self, j: int, idx: str, value: str) -> str:
         dtype = self.plan.outputs[j].dtype
@@ -245,13 +251,13 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
             e.w(2, f"if ({' && '.join(conds)}) {{")
             e.w(3, "// the row is read from memory once, into registers; every pass reads the registers")
             for si in cached:
-                e.w(3, f"float4 C{si}[{k}];")
+                e.w(3, f"{PACKED.get(plan.slots[si].ctype, 'float4')} C{si}[{k}];")
             e.w(3, "#pragma unroll")
             e.w(3, f"for (int k = 0; k < {k}; ++k) {{")
             e.w(4, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
             e.w(4, "if (c4 < cols / 4) {")
             for si in cached:
-                e.w(5, f"C{si}[k] = {e.vload(si, 'c4')};")
+                e.w(5, f"C{si}[k] = {e.vload(si, 'c4', packed=plan.slots[si].ctype in PACKED)};")
             e.w(4, "}")
             e.w(3, "}")
             _row_passes(e, 3, prog, lambda d, loop: _cached_loop(e, d, loop, cached), sum_t="float")
@@ -366,12 +372,18 @@ def _row_slots(prog) -> list[int]:
 
 
 def _cached_loop(e: CudaEmitter, d: int, loop, cached: list[int]) -> None:
-    """One pass over the row held in registers (C<slot>[k], k-th float4 of this thread)."""
+    """One pass over the row held in registers (C<slot>[k], k-th vector of this thread; bf16/fp16 widened here)."""
     e.w(d, "#pragma unroll")
     e.w(d, f"for (int k = 0; k < {cache_k(e.plan, cached)}; ++k) {{")
     e.w(d + 1, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
     e.w(d + 1, "if (c4 < cols / 4) {")
-    e.vec4_body(d + 2, loop, lambda si: f"C{si}[k]" if si in cached else e.vload(si, "c4"))
+
+    def vector(si):
+        if si not in cached:
+            return e.vload(si, "c4")
+        return e.widen(si, f"C{si}[k]") if e.plan.slots[si].ctype in PACKED else f"C{si}[k]"
+
+    e.vec4_body(d + 2, loop, vector)
     e.w(d + 1, "}")
     e.w(d, "}")
 

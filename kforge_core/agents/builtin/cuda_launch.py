@@ -4,7 +4,7 @@ length) and the sizes the kernel text and the launch must agree on."""
 from __future__ import annotations
 
 from . import emit
-from .cuda_rowcache import ROW_CACHE_K, row_block_limit
+from .cuda_rowcache import row_block_limit, row_elems_per_thread
 from .plans import KernelPlan
 from .schedule import Schedule
 
@@ -55,8 +55,8 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature)
         lines.append(f"grid = max(1, min(tasks, {2**31 - 1} if cols >= {chunk} else self.kf_sms * {4096 // threads}))")
         block = "(tx, ty)"
     elif sched.parallel or sched.warp_reduce:
-        # about 16 elements a thread: a short row does not leave most of a 1024-thread block idle at each barrier
-        lines.append(f"threads = min({threads}, max(32, 1 << max(0, cols // {4 * ROW_CACHE_K} - 1).bit_length()))")
+        per = row_elems_per_thread(plan, sched)
+        lines.append(f"threads = min({threads}, max(32, 1 << max(0, cols // {per} - 1).bit_length()))")
         lines.append("grid = max(1, min(rows, self.kf_sms * (2048 // threads) * 2))")
         block = "(threads,)"
     else:
