@@ -103,7 +103,8 @@ def test_softmax_multiplies_by_the_reciprocal_sum():
 def test_strided_operands_read_their_offset_pair_once_per_thread():
     """An operand broadcast over leading dims (y) and one needing a division per dim (z, broadcast over a middle
     dim) both take their kf_fast pair from meta before the row loop; the Metal writer keeps its own kf_off."""
-    src = _source("torch.softmax(x * y + z, dim=-1)", "[torch.randn(4, 8, 16, 32), torch.randn(16, 32), torch.randn(4, 1, 16, 32)]")
+    src = _source("torch.softmax(x * y + z, dim=-1)",
+                  "[torch.randn(4, 8, 16, 32), torch.randn(16, 32), torch.randn(4, 1, 16, 32)]")
     src = src.replace("def forward(self, x, y):", "def forward(self, x, y, z):")
     kernel = _kernel_text(_synthesize(src))
     pairs = re.findall(r"const long long kn(\d+) = meta\[(\d+)\], ks\1 = meta\[(\d+)\];", kernel)

@@ -1,7 +1,8 @@
 """GPU tests of the built-in synthesizer's CUDA writer: the hardware half-precision conversions it compiles in on
 sm_80+ give torch's results bit for bit, and its candidates for the patterns with GPU-only code paths (4-element
-vector loads of bf16 and bool, `cat` read lane by lane, strided and broadcast row offsets, the register row cache)
-are judged correct by the real evaluator. Skipped without an NVIDIA GPU; `scripts/gpu_check.sh tests` runs them."""
+vector loads of bf16 and bool, `cat` read lane by lane, strided and broadcast row offsets, the register row
+cache, bf16/fp16 kept packed in it) are judged correct by the real evaluator. Skipped without an NVIDIA GPU;
+`scripts/gpu_check.sh tests` runs them."""
 
 from __future__ import annotations
 
@@ -192,11 +193,11 @@ def test_strided_operands_correct_on_cuda(kind, tmp_path):
 _RMS = "(H * torch.rsqrt(H.pow(2).mean(dim=-1, keepdim=True) + 1e-6))"
 _PACKED = {
     # a single fp16 operand: 8 packed vectors a thread (32 elements)
-    "fp16_softmax": ("torch.softmax(x.float(), dim=-1).half() * y", "torch.randn(512, 4096).half(), torch.rand(4096).half()",
-                     r"uint2 C0\[8\];"),
+    "fp16_softmax": ("torch.softmax(x.float(), dim=-1).half() * y",
+                     "torch.randn(512, 4096).half(), torch.rand(4096).half()", r"uint2 C0\[8\];"),
     # a single fp16 operand of 32768-wide rows: 16 packed vectors a thread
-    "fp16_long_rows": ("torch.log_softmax(x.float(), dim=-1) + y", "torch.randn(256, 32768).half(), torch.randn(256, 1)",
-                       r"uint2 C0\[16\];"),
+    "fp16_long_rows": ("torch.log_softmax(x.float(), dim=-1) + y",
+                       "torch.randn(256, 32768).half(), torch.randn(256, 1)", r"uint2 C0\[16\];"),
     # bf16 next to float: the bf16 operand packed, both 4 deep
     "bf16_with_float": (_RMS.replace("H", "(x.float() + y)"),
                         "torch.randn(1024, 4096).to(torch.bfloat16), torch.randn(1024, 4096)", r"uint2 C\d\[4\];"),
