@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import emit
 from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
-from .codegen_cuda import IDENT, CudaEmitter
+from .cuda_emitter import IDENT, CudaEmitter
 from .exprs import row_program
 from .plans import KernelPlan
 from .schedule import Schedule
