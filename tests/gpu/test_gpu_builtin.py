@@ -84,20 +84,25 @@ def _synthesize_optimized(source: str, name: str):
     return res
 
 
+def _assert_correct(path: Path, program: str) -> None:
+    """The evaluator judges `program` correct on the problem file at `path`, at the file's sizes (no timing)."""
+    from kforge_core.evaluator import EvalOptions, evaluate
+    from kforge_core.problem import load_problem
+
+    v = evaluate(load_problem(path), program, "cuda", EvalOptions(timing=False))
+    assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"
+
+
 @pytest.mark.parametrize("name", ["level1/01_relu", "level1/14_layernorm", "level2/05_scaled_masked_softmax",
                                   "level2/11_groupnorm_silu", "level2/13_rotary_embedding",
                                   "level2/16_add_rmsnorm_bf16"])
 def test_builtin_candidate_correct_on_cuda(name):
     """The fully optimized built-in candidate, judged by the evaluator at the sizes it was synthesized for (the
     problem file's own: 1-2 GiB tensors, a few seconds each)."""
-    from kforge_core.evaluator import EvalOptions, evaluate
     from kforge_core.gallery import list_problems
-    from kforge_core.problem import load_problem
 
     gp = next(p for p in list_problems() if p.name == name)
-    res = _synthesize_optimized(gp.source, gp.name)
-    v = evaluate(load_problem(gp.path), res.program, "cuda", EvalOptions(timing=False))
-    assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"
+    _assert_correct(gp.path, _synthesize_optimized(gp.source, gp.name).program)
 
 
 _OFFSET_ROWS = {
@@ -121,15 +126,11 @@ def test_streamed_variance_correct_far_from_zero(kind, tmp_path):
     """Rows too long for the register cache (65536) take the streaming path, where a variance is summed in its mean's
     pass as E[x^2] - E[x]^2 in double. Inputs whose mean is hundreds of standard deviations from zero (where a float
     version of that formula would lose every digit) are still judged correct."""
-    from kforge_core.evaluator import EvalOptions, evaluate
-    from kforge_core.problem import load_problem
-
     path = tmp_path / f"offset_{kind}.py"
     path.write_text(_offset_source(kind))
     res = _synthesize_optimized(path.read_text(), kind)
     assert "kf_q_" in res.program, "the streaming path should fold the variance into the mean's pass"
-    v = evaluate(load_problem(path), res.program, "cuda", EvalOptions(timing=False))
-    assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"
+    _assert_correct(path, res.program)
 
 
 def test_streamed_variance_keeps_nan_where_pytorch_has_it(tmp_path):
@@ -170,17 +171,13 @@ _STRIDED = {
 def _judge(tmp_path, name: str, params: str, expr: str, inputs: str, pattern: str) -> None:
     """Synthesize `forward(self, <params>): return <expr>` fully optimized, check the program has `pattern` (the code
     path under test), and have the evaluator judge it at these sizes."""
-    from kforge_core.evaluator import EvalOptions, evaluate
-    from kforge_core.problem import load_problem
-
     path = tmp_path / f"{name}.py"
     path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
                     f"    def forward(self, {params}):\n        return {expr}\n\n\n"
                     f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
     res = _synthesize_optimized(path.read_text(), name)
     assert re.search(pattern, res.program), f"the program lacks {pattern!r}"
-    v = evaluate(load_problem(path), res.program, "cuda", EvalOptions(timing=False))
-    assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"
+    _assert_correct(path, res.program)
 
 
 @pytest.mark.parametrize("kind", sorted(_STRIDED))

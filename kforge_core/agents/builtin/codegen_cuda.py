@@ -27,7 +27,7 @@ from .codegen_cpu import signature as cpu_signature
 from .cuda_emitter import IDENT, CudaEmitter
 from .cuda_launch import UNROLL, batched, cuda_chunk, cuda_launch_lines
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
-from .cuda_rowcache import PACKED, VTYPE, cache_k, cached_slots, row_block_limit
+from .cuda_rowcache import PACKED, VTYPE, RowCache, row_cache
 from .exprs import half_math, row_program, store
 from .plans import KernelPlan
 from .schedule import Schedule
@@ -49,15 +49,16 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
     e = CudaEmitter(plan, sched)
     params = ", ".join(d for d, _ in _cuda_signature(plan))
     prog = row_program(plan, cache_rows=False)
+    cache = row_cache(plan, sched, prog)
     unroll = "#pragma unroll 4" if sched.unroll else None
     e.w(0, f"// {plan.label}")
-    # block-per-row kernels launch up to row_block_limit threads: the bound caps registers so such a launch always
+    # block-per-row kernels launch up to the row cache's block limit: the bound caps registers so such a launch always
     # fits. Batched elementwise kernels launch 64: at least 10 blocks an SM (96 registers a thread) keep enough loads
     # in flight (rotary embedding, 3 operands and a cat: 109 registers, 25 % occupancy, 69 % of the measured
     # bandwidth on an H200; 96 registers: 74 %; capping at 64 or 80 spills and costs more)
     bounds = ""
     if plan.npasses and (sched.parallel or sched.warp_reduce):
-        bounds = f"__launch_bounds__({row_block_limit(plan, sched)}) "
+        bounds = f"__launch_bounds__({cache.block_limit}) "
     elif not plan.npasses and batched(sched):
         bounds = "__launch_bounds__(64, 10) "
     e.w(0, f'extern "C" __global__ void {bounds}{plan.name}({params}) {{')
@@ -121,9 +122,8 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         e.w(1, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {")
         e.row_setup(2)
         e.row_nodes(2, prog.row_nodes_by_pass.get(0, []))
-        cached = cached_slots(plan, prog) if sched.block else None
+        cached, k = cache.slots, cache.k
         if cached:
-            k = cache_k(e.plan, cached)
             conds = ["(cols & 3) == 0", f"cols <= {4 * k} * (long long)blockDim.x"]
             conds += [e.aligned(f"p{si}", plan.slots[si].ctype) for si in _row_slots(prog)]
             conds += [e.aligned(f"q{j}", plan.outputs[j].dtype) for j in sorted({j for lp in prog.loops
@@ -140,7 +140,7 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
                 e.w(5, f"C{si}[k] = {e.vload(si, 'c4', packed=plan.slots[si].ctype in PACKED)};")
             e.w(4, "}")
             e.w(3, "}")
-            _row_passes(e, 3, prog, lambda d, loop: _cached_loop(e, d, loop, cached), sum_t="float")
+            _row_passes(e, 3, prog, lambda d, loop: _cached_loop(e, d, loop, cache), sum_t="float")
             _row_outputs(e, 3)  # row values live inside each branch
             e.w(2, "} else {")
             _row_passes(e, 3, prog, lambda d, loop: _cuda_loop(e, d, loop, "0", "cols", unroll))
@@ -251,15 +251,15 @@ def _row_slots(prog) -> list[int]:
     return sorted({si for loop in prog.loops for si in loop.slots})
 
 
-def _cached_loop(e: CudaEmitter, d: int, loop, cached: list[int]) -> None:
+def _cached_loop(e: CudaEmitter, d: int, loop, cache: RowCache) -> None:
     """One pass over the row held in registers (C<slot>[k], k-th vector of this thread; bf16/fp16 widened here)."""
     e.w(d, "#pragma unroll")
-    e.w(d, f"for (int k = 0; k < {cache_k(e.plan, cached)}; ++k) {{")
+    e.w(d, f"for (int k = 0; k < {cache.k}; ++k) {{")
     e.w(d + 1, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
     e.w(d + 1, "if (c4 < cols / 4) {")
 
     def vector(si):
-        if si not in cached:
+        if si not in cache.slots:
             return e.vload(si, "c4")
         return e.widen(si, f"C{si}[k]") if e.plan.slots[si].ctype in PACKED else f"C{si}[k]"
 

@@ -4,17 +4,17 @@ length) and the sizes the kernel text and the launch must agree on."""
 from __future__ import annotations
 
 from . import emit
-from .cuda_rowcache import row_block_limit, row_elems_per_thread
+from .cuda_rowcache import RowCache, row_cache
 from .plans import KernelPlan
 from .schedule import Schedule
 
 
-def cuda_threads(plan: KernelPlan, sched: Schedule) -> int:
-    """Threads per block: for row kernels under `block_shape` at most `row_block_limit` (the run-time size is smaller
-    for short rows); for elementwise kernels 64 under `unroll` (4 vectors in flight per thread and operand: one batch
-    covers a 1024-element chunk, and 32 such blocks fill an SM), else 256."""
+def cuda_threads(plan: KernelPlan, sched: Schedule, cache: RowCache) -> int:
+    """Threads per block: for row kernels under `block_shape` at most the row cache's block limit (the run-time size
+    is smaller for short rows); for elementwise kernels 64 under `unroll` (4 vectors in flight per thread and
+    operand: one batch covers a 1024-element chunk, and 32 such blocks fill an SM), else 256."""
     if plan.npasses:
-        return row_block_limit(plan, sched) if sched.block else 256
+        return cache.block_limit if sched.block else 256
     return 64 if batched(sched) else 256
 
 
@@ -41,7 +41,8 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature)
     """`signature(plan)`: the kernel's [(declaration, role)], in parameter order."""
     lines, outs, args = emit.prep_lines(plan, names)
     call = [args[role] for _, role in signature(plan)]
-    threads = cuda_threads(plan, sched)
+    cache = row_cache(plan, sched)
+    threads = cuda_threads(plan, sched, cache)
     if plan.npasses == 0:
         chunk = cuda_chunk(plan, sched)
         # x: a power of two covering the row in float4s (at least a warp), or in batches of UNROLL float4s under
@@ -55,8 +56,8 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature)
         lines.append(f"grid = max(1, min(tasks, {2**31 - 1} if cols >= {chunk} else self.kf_sms * {4096 // threads}))")
         block = "(tx, ty)"
     elif sched.parallel or sched.warp_reduce:
-        per = row_elems_per_thread(plan, sched)
-        lines.append(f"threads = min({threads}, max(32, 1 << max(0, cols // {per} - 1).bit_length()))")
+        lines.append(f"threads = min({threads}, max(32, 1 << max(0, cols // {cache.elems_per_thread} - 1)"
+                     ".bit_length()))")
         lines.append("grid = max(1, min(rows, self.kf_sms * (2048 // threads) * 2))")
         block = "(threads,)"
     else:

@@ -4,6 +4,8 @@ a thread (the kernel text and its launch must agree on all of them)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .exprs import has_cat, row_program
 from .plans import KernelPlan
 from .schedule import Schedule
@@ -35,41 +37,49 @@ def cached_slots(plan: KernelPlan, prog=None) -> list[int] | None:
     return sorted(si for si, n in reads.items() if n >= 2)  # read once (a weight in the last pass): from memory
 
 
-def all_packed(plan: KernelPlan, cached: list[int] | None) -> bool:
-    return bool(cached) and all(plan.slots[si].ctype in PACKED for si in cached)
+@dataclass(frozen=True)
+class RowCache:
+    """A block-per-row kernel's register row cache, and the sizes its kernel text and its launch must agree on."""
+
+    slots: tuple[int, ...]  # the cached operands; empty: rows are streamed
+    k: int  # 4-element vectors a thread keeps of each (see `row_cache`)
+    packed: bool  # every cached operand is bf16/fp16, kept packed (half the registers a vector)
+
+    @property
+    def block_limit(self) -> int:
+        """The most threads the kernel is compiled for (`__launch_bounds__`) and launched with.
+
+        1024 caps a thread at 64 registers. A cache of two or more operands (32 floats a thread) plus the operands
+        streamed in the last pass does not always fit in them: add+LayerNorm spilled (64 bytes a thread, 4e7 local
+        requests) and ran at 77 % of the measured bandwidth on an H200; compiled for 512 (80 registers, no spill)
+        it ran at 94 %. A single cached operand fits 64 registers, and more registers cost it occupancy (LayerNorm
+        90 -> 84 %)."""
+        return 512 if len(self.slots) >= 2 else 1024
+
+    @property
+    def elems_per_thread(self) -> int:
+        """Row elements the launch gives each thread (the block is sized from the row at run time): about 16, so a
+        short row does not leave most of a block idle at each barrier; 32 when the cache is packed (twice the
+        vectors in the same registers)."""
+        return 4 * ROW_CACHE_K * (2 if self.packed else 1)
 
 
-def cache_k(plan: KernelPlan, cached: list[int]) -> int:
-    """4-element vectors a thread keeps of each cached operand. The launch gives a thread about 16 elements of the
-    row (up to 1024 threads), so 4 hold any row of up to 16384; only a single operand of longer traced rows gets 8
-    (softmax over 32768). The array's size is the registers the compiler reserves, used or not: RMSNorm+SiLU gate
-    over 4096-wide rows spilled with 8 (64 registers, 24 bytes of local memory) and ran at 79 % of the measured
-    bandwidth on an H200, at 89 % with 4 (62 registers, no spill). Longer run-time rows take the streaming path.
+def row_cache(plan: KernelPlan, sched: Schedule, prog=None) -> RowCache:
+    """The register row cache of a block-per-row kernel under `block_shape` (none without it, none for elementwise
+    kernels).
+
+    k: the launch gives a thread about 16 elements of the row (up to 1024 threads), so 4 vectors hold any row of up
+    to 16384; only a single operand of longer traced rows gets 8 (softmax over 32768). The array's size is the
+    registers the compiler reserves, used or not: RMSNorm+SiLU gate over 4096-wide rows spilled with 8 (64
+    registers, 24 bytes of local memory) and ran at 79 % of the measured bandwidth on an H200, at 89 % with 4 (62
+    registers, no spill). Longer run-time rows take the streaming path.
 
     A cache of only bf16/fp16 operands is packed, half the registers a vector, so it holds twice as many and the
-    launch gives a thread twice the elements (`row_elems_per_thread`): bf16 add+RMSNorm over 8192-wide rows, 8
-    packed vectors of each operand in 256-thread blocks, ran at 92 % of the measured bandwidth on an H200 (kernel
-    1.848 -> 1.633 ms), against 82 % with 4 widened ones in 512-thread blocks (and 82 % with 4 packed: the registers
-    saved, left unused, buy nothing)."""
-    k = ROW_CACHE_K_ONE if len(cached) == 1 and plan.traced_cols > 4 * ROW_CACHE_K * 1024 else ROW_CACHE_K
-    return 2 * k if all_packed(plan, cached) else k
-
-
-def row_elems_per_thread(plan: KernelPlan, sched: Schedule) -> int:
-    """Row elements a block-per-row kernel's launch gives each thread (the block is sized from the row at run
-    time): about 16, so a short row does not leave most of a block idle at each barrier; 32 when the cache is
-    packed (twice the vectors in the same registers)."""
-    packed = sched.block and all_packed(plan, cached_slots(plan))
-    return 4 * ROW_CACHE_K * (2 if packed else 1)
-
-
-def row_block_limit(plan: KernelPlan, sched: Schedule) -> int:
-    """The most threads a block-per-row kernel is compiled for (`__launch_bounds__`) and launched with.
-
-    1024 caps a thread at 64 registers. A cache of two or more operands (32 floats a thread) plus the operands
-    streamed in the last pass does not always fit in them: add+LayerNorm spilled (64 bytes a thread, 4e7 local
-    requests) and ran at 77 % of the measured bandwidth on an H200; compiled for 512 (80 registers, no spill) it ran
-    at 94 %. A single cached operand fits 64 registers, and more registers cost it occupancy (LayerNorm 90 -> 84 %)."""
-    if sched.block and len(cached_slots(plan) or []) >= 2:
-        return 512
-    return 1024
+    launch gives a thread twice the elements: bf16 add+RMSNorm over 8192-wide rows, 8 packed vectors of each operand
+    in 256-thread blocks, ran at 92 % of the measured bandwidth on an H200 (kernel 1.848 -> 1.633 ms), against 82 %
+    with 4 widened ones in 512-thread blocks (and 82 % with 4 packed: the registers saved, left unused, buy
+    nothing)."""
+    slots = tuple((cached_slots(plan, prog) or []) if sched.block and plan.npasses else [])
+    packed = bool(slots) and all(plan.slots[si].ctype in PACKED for si in slots)
+    k = ROW_CACHE_K_ONE if len(slots) == 1 and plan.traced_cols > 4 * ROW_CACHE_K * 1024 else ROW_CACHE_K
+    return RowCache(slots, 2 * k if packed else k, packed)
