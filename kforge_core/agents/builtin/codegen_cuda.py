@@ -9,7 +9,8 @@ pointers are aligned for them and whose length is a multiple of 4, a `cat` readi
 `block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads (512 when the cache
 holds several operands: `cuda_rowcache`) plus a register cache of the row (read from memory once, however many
 passes; up to 16 elements a thread, 32 with one cached operand of longer rows; bf16/fp16 kept packed, twice as deep
-when all are); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
+when all are; a kernel that may run 1024-thread blocks of it, alone on their SM, starts its odd blocks a little
+late so SMs do not read and write in lockstep); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
 computing any. A strided operand's row offset comes from the pair (n, s) the host works out per layout (`kf_fast`,
 passed after the strides in meta): (r % n) * s, so a row costs at most one division. Blocks are sized to the row at
 run time: short rows share a block (2-D blocks, one row per y), row kernels get about 16 elements a thread, so
@@ -119,10 +120,12 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         size = 32 if sched.warp_reduce else 1024
         e.w(1, f"__shared__ float kf_sh[{size}];")
         e.w(1, f"__shared__ double kf_shd[{size}];")
+        cached, k = cache.slots, cache.k
+        if cached and cache.block_limit == 1024:
+            _stagger(e, k)
         e.w(1, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {")
         e.row_setup(2)
         e.row_nodes(2, prog.row_nodes_by_pass.get(0, []))
-        cached, k = cache.slots, cache.k
         if cached:
             conds = ["(cols & 3) == 0", f"cols <= {4 * k} * (long long)blockDim.x"]
             conds += [e.aligned(f"p{si}", plan.slots[si].ctype) for si in _row_slots(prog)]
@@ -152,6 +155,23 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         e.w(1, "}")
     e.w(0, "}")
     return "\n".join(e.lines) + "\n"
+
+
+def _stagger(e: CudaEmitter, k: int) -> None:
+    """Odd blocks start a little late when a block of 1024 threads holds whole rows in registers, alone on its SM.
+
+    Such blocks otherwise move through their rows in lockstep, so every SM reads its rows, then every SM writes its
+    results, at the same time. Log-softmax over 32768-wide rows ran at 71 % of the measured bandwidth on an H200;
+    with odd blocks delayed by about the time an SM takes to read half a row (cols / 16 ns) it ran at 77 % (kernel
+    1.425 -> 1.303 ms), as softmax already did (its exps space out the stores). Softmax, standardize and LayerNorm
+    were unchanged (within 0.5 %). The delay is paid once a block, so only launches of several rows a block get it.
+    """
+    e.w(1, "#if __CUDA_ARCH__ >= 700")
+    e.w(1, f"if ((blockIdx.x & 1) && blockDim.x == 1024 && cols <= {4 * k} * (long long)blockDim.x "
+           "&& rows >= 4 * (long long)gridDim.x) {")
+    e.w(2, "__nanosleep((unsigned)min(cols / 16, 8192ll));")
+    e.w(1, "}")
+    e.w(1, "#endif")
 
 
 def _row_passes(e: CudaEmitter, d: int, prog, loop_writer, sum_t: str = "double") -> None:
