@@ -2,8 +2,8 @@
 to read it): how deep a thread's register row cache of each operand is, the block size a kernel caching several
 operands is compiled and launched for, the register bound of batched elementwise kernels, the variance folded into
 its mean's pass on the streaming path, softmax's reciprocal, strided operands' row offsets from the host's (n, s)
-pairs, bf16/fp16 operands kept packed in the cache, and the staggered start of blocks alone on their SM. The GPU
-tests judge such candidates correct."""
+pairs, bf16/fp16 operands kept packed in the cache, the staggered start of blocks alone on their SM, and the next
+row copied into shared memory while a block works on the current one. The GPU tests judge such candidates correct."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_softmax_multiplies_by_the_reciprocal_sum():
 
 
 def _stagger(src: str) -> re.Match | None:
-    return re.search(r"#if __CUDA_ARCH__ >= 700\n\s*if \(\(blockIdx\.x & 1\) && blockDim\.x == 1024 && "
+    return re.search(r"#if __CUDA_ARCH__ >= 700\n\s*if \((?:!kf_tma && )?\(blockIdx\.x & 1\) && blockDim\.x == 1024 && "
                      r"cols <= (\d+) \* \(long long\)blockDim\.x && rows >= 4 \* \(long long\)gridDim\.x\) \{\n"
                      r"\s*__nanosleep\(\(unsigned\)min\(cols / 16, 8192ll\)\);\n\s*\}\n\s*#endif\n"
                      r"\s*for \(long long r = blockIdx\.x; r < rows; r \+= gridDim\.x\) \{", src)
@@ -127,6 +127,43 @@ def test_blocks_alone_on_their_sm_start_staggered():
     assert "__nanosleep" not in _kernel_text(streaming.program)
     assert "__nanosleep" not in _kernel_text(_synthesize(_source("torch.relu(x) * y",
                                                                  "[torch.randn(8, 4096), torch.randn(8, 4096)]")))
+
+
+@pytest.mark.parametrize("dtype,nbytes,vtype", [("", 4, "float4"), (".half()", 2, "uint2")])
+def test_single_cached_operand_copies_its_next_row(dtype, nbytes, vtype):
+    """One cached operand with dense rows: the kernel decides once whether it copies (the launch's shared memory,
+    alignment of every row operand and output), copies the block's first row before the loop, and in the loop
+    waits for this row, reads it from shared memory, then starts the next row's copy; the launch gives the row's
+    bytes of shared memory with 1024 threads on sm_90+ (what the device allows) and one block an SM."""
+    prog = _synthesize(_source(f"torch.log_softmax(x{'.float()' if dtype else ''}, dim=-1) * y",
+                               f"[torch.randn(2, 32768){dtype}, torch.rand(32768)]"))
+    src = _kernel_text(prog)
+    assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in src  # the helper, sm_90+ only
+    assert re.search(rf"const bool kf_tma = \(cols & 3\) == 0 && cols <= \d+ \* \(long long\)blockDim\.x && "
+                     rf"kf_dyn_smem\(\) >= cols \* {nbytes} && [^;]*\(\(unsigned long long\)a1\)[^;]*"
+                     rf"\(\(unsigned long long\)o0\) & 15\) == 0;", src)
+    first, wait, read, copy = (src.index(t) for t in (
+        "kf_copy_row(kf_nx, a0 + blockIdx.x * cols", "kf_copy_wait(&kf_bar, kf_phase);",
+        f"reinterpret_cast<const {vtype}*>(kf_nx)[c4]", f"kf_copy_row(kf_nx, a0 + (r + gridDim.x) * cols, "
+                                                     f"(unsigned)(cols * {nbytes}), &kf_bar);"))
+    assert first < src.index("for (long long r = blockIdx.x;") < wait < read < copy
+    assert "if (kf_tma || (" in src and "!kf_tma && (blockIdx.x & 1)" in src  # the copy replaces the stagger
+    assert "self.kf_copy_smem = (kf_props.shared_memory_per_block_optin - 4096 if (kf_props.major, " in prog
+    assert f"smem = cols * {nbytes} if threads == 1024 and cols % 4 == 0 and cols <= " in prog
+    assert "grid = max(1, min(rows, self.kf_sms if smem else " in prog and ", shared_mem=smem)" in prog
+
+
+@pytest.mark.parametrize("forward,inputs", [
+    ("torch.nn.functional.layer_norm(x + y, (4096,))", "[torch.randn(2, 4096), torch.randn(2, 4096)]"),  # 2 cached
+    # x cached alone, but y (read once, in the last pass) is strided: its rows' alignment varies
+    ("torch.softmax(x, dim=-1) * y.transpose(0, 1)", "[torch.randn(64, 64), torch.randn(64, 64)]"),
+    ("torch.relu(x) * y", "[torch.randn(8, 4096), torch.randn(8, 4096)]"),  # elementwise
+])
+def test_other_kernels_do_not_copy_rows(forward, inputs):
+    prog = _synthesize(_source(forward, inputs))
+    assert "transpose" not in forward or re.search(r"float4 C0\[\d\];", prog) and "kf_off(r, meta" in prog
+    assert "kf_copy_row" not in prog and "kf_tma" not in prog and "shared_mem=" not in prog
+    assert "kf_copy_smem" not in prog
 
 def test_strided_operands_read_their_offset_pair_once_per_thread():
     """An operand broadcast over leading dims (y) and one needing a division per dim (z, broadcast over a middle

@@ -1,7 +1,8 @@
 """GPU tests of the built-in synthesizer's CUDA writer: the hardware half-precision conversions it compiles in on
 sm_80+ give torch's results bit for bit, and its candidates for the patterns with GPU-only code paths (4-element
 vector loads of bf16 and bool, `cat` read lane by lane, strided and broadcast row offsets, the register row
-cache, bf16/fp16 kept packed in it) are judged correct by the real evaluator. Skipped without an NVIDIA GPU;
+cache, bf16/fp16 kept packed in it, the next row copied into shared memory) are judged correct by the real
+evaluator. Skipped without an NVIDIA GPU;
 `scripts/gpu_check.sh tests` runs them."""
 
 from __future__ import annotations
@@ -206,3 +207,21 @@ def test_packed_half_caches_correct_on_cuda(kind, tmp_path):
     """bf16/fp16 operands kept packed in the register row cache, widened at each use, judged by the evaluator."""
     expr, inputs, pattern = _PACKED[kind]
     _judge(tmp_path, kind, "x, y", expr, inputs, pattern)
+
+
+_COPY = {
+    # 300 rows over one block an SM: blocks walk 2 or 3 rows, copying each next one; the last copies none
+    "fp32_rows_tail": ("torch.log_softmax(x, dim=-1) * y", "torch.randn(300, 32768), torch.rand(32768)"),
+    # fewer rows than SMs: every block copies its first row only
+    "fp32_few_rows": ("torch.softmax(x, dim=-1)", "torch.randn(50, 32768), torch.randn(1)"),
+    # packed fp16 rows (64 KiB a row) over 1000 rows
+    "fp16_rows": ("torch.softmax(x.float(), dim=-1) + y", "torch.randn(1000, 32768).half(), torch.randn(1000, 1)"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_COPY))
+def test_row_copies_correct_on_cuda(kind, tmp_path):
+    """Rows copied into shared memory by the copy engine while the block works on the previous one (sm_90+; on
+    older GPUs the same program reads rows from memory), judged by the evaluator."""
+    expr, inputs = _COPY[kind]
+    _judge(tmp_path, kind, "x, y", expr, inputs, r"kf_copy_row\(kf_nx, a0 \+ \(r \+ gridDim\.x\) \* cols")

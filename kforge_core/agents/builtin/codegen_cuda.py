@@ -10,7 +10,8 @@ pointers are aligned for them and whose length is a multiple of 4, a `cat` readi
 holds several operands: `cuda_rowcache`) plus a register cache of the row (read from memory once, however many
 passes; up to 16 elements a thread, 32 with one cached operand of longer rows; bf16/fp16 kept packed, twice as deep
 when all are; a kernel that may run 1024-thread blocks of it, alone on their SM, starts its odd blocks a little
-late so SMs do not read and write in lockstep); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
+late so SMs do not read and write in lockstep, and one caching a single operand of dense rows copies each next
+row into shared memory meanwhile on sm_90+: `cuda_rowcopy`); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
 computing any. A strided operand's row offset comes from the pair (n, s) the host works out per layout (`kf_fast`,
 passed after the strides in meta): (r % n) * s, so a row costs at most one division. Blocks are sized to the row at
 run time: short rows share a block (2-D blocks, one row per y), row kernels get about 16 elements a thread, so
@@ -29,6 +30,7 @@ from .cuda_emitter import IDENT, CudaEmitter
 from .cuda_launch import UNROLL, batched, cuda_chunk, cuda_launch_lines
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
 from .cuda_rowcache import PACKED, VTYPE, RowCache, row_cache
+from .cuda_rowcopy import CUDA_ROWCOPY, cache_loads, copy_load, copy_setup
 from .exprs import half_math, row_program, store
 from .plans import KernelPlan
 from .schedule import Schedule
@@ -121,8 +123,10 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
         e.w(1, f"__shared__ float kf_sh[{size}];")
         e.w(1, f"__shared__ double kf_shd[{size}];")
         cached, k = cache.slots, cache.k
+        if cache.copy:
+            copy_setup(e, plan, cache, _row_slots(prog))
         if cached and cache.block_limit == 1024:
-            _stagger(e, k)
+            _stagger(e, k, cache.copy)
         e.w(1, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {")
         e.row_setup(2)
         e.row_nodes(2, prog.row_nodes_by_pass.get(0, []))
@@ -131,18 +135,15 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
             conds += [e.aligned(f"p{si}", plan.slots[si].ctype) for si in _row_slots(prog)]
             conds += [e.aligned(f"q{j}", plan.outputs[j].dtype) for j in sorted({j for lp in prog.loops
                                                                                  for j in lp.outputs})]
-            e.w(2, f"if ({' && '.join(conds)}) {{")
+            cond = " && ".join(conds)
+            e.w(2, f"if (kf_tma || ({cond})) {{" if cache.copy else f"if ({cond}) {{")
             e.w(3, "// the row is read from memory once, into registers; every pass reads the registers")
             for si in cached:
                 e.w(3, f"{PACKED.get(plan.slots[si].ctype, 'float4')} C{si}[{k}];")
-            e.w(3, "#pragma unroll")
-            e.w(3, f"for (int k = 0; k < {k}; ++k) {{")
-            e.w(4, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
-            e.w(4, "if (c4 < cols / 4) {")
-            for si in cached:
-                e.w(5, f"C{si}[k] = {e.vload(si, 'c4', packed=plan.slots[si].ctype in PACKED)};")
-            e.w(4, "}")
-            e.w(3, "}")
+            if cache.copy:
+                copy_load(e, plan, cache, 3)
+            else:
+                cache_loads(e, 3, cache, lambda si, c4: e.vload(si, c4, packed=plan.slots[si].ctype in PACKED))
             _row_passes(e, 3, prog, lambda d, loop: _cached_loop(e, d, loop, cache), sum_t="float")
             _row_outputs(e, 3)  # row values live inside each branch
             e.w(2, "} else {")
@@ -157,18 +158,19 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
     return "\n".join(e.lines) + "\n"
 
 
-def _stagger(e: CudaEmitter, k: int) -> None:
+def _stagger(e: CudaEmitter, k: int, copy: bool) -> None:
     """Odd blocks start a little late when a block of 1024 threads holds whole rows in registers, alone on its SM.
 
     Such blocks otherwise move through their rows in lockstep, so every SM reads its rows, then every SM writes its
     results, at the same time. Log-softmax over 32768-wide rows ran at 71 % of the measured bandwidth on an H200;
     with odd blocks delayed by about the time an SM takes to read half a row (cols / 16 ns) it ran at 77 % (kernel
     1.425 -> 1.303 ms), as softmax already did (its exps space out the stores). Softmax, standardize and LayerNorm
-    were unchanged (within 0.5 %). The delay is paid once a block, so only launches of several rows a block get it.
+    were unchanged (within 0.5 %). The delay is paid once a block, so only launches of several rows a block get it;
+    a kernel copying its next row (`copy`: `kf_tma`) needs none (the copies keep every SM reading).
     """
     e.w(1, "#if __CUDA_ARCH__ >= 700")
-    e.w(1, f"if ((blockIdx.x & 1) && blockDim.x == 1024 && cols <= {4 * k} * (long long)blockDim.x "
-           "&& rows >= 4 * (long long)gridDim.x) {")
+    e.w(1, f"if ({'!kf_tma && ' if copy else ''}(blockIdx.x & 1) && blockDim.x == 1024 && cols <= {4 * k} * "
+           "(long long)blockDim.x && rows >= 4 * (long long)gridDim.x) {")
     e.w(2, "__nanosleep((unsigned)min(cols / 16, 8192ll));")
     e.w(1, "}")
     e.w(1, "#endif")
@@ -346,9 +348,14 @@ class CudaBackend(Backend):
         fast = ["#define KF_FAST_MATH 1"] if sched.vectorize else []
         halves = half_math(plan.kernels, "__device__ __forceinline__", CUDA_HALF_BITS)
         halves += [CUDA_HALF_VEC.strip()] if halves else []
-        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + [cuda_kernel(k, sched) for k in plan.kernels])
+        copies = [CUDA_ROWCOPY.strip()] if any(row_cache(k, sched).copy for k in plan.kernels) else []
+        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + [cuda_kernel(k, sched) for k in plan.kernels])
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
                 "self.kf_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count"]
+        if copies:  # a row kernel may copy its next row into shared memory: sm_90+, within what a block may use
+            tail += ["kf_props = torch.cuda.get_device_properties(torch.cuda.current_device())",
+                     "self.kf_copy_smem = (kf_props.shared_memory_per_block_optin - 4096 "
+                     "if (kf_props.major, kf_props.minor) >= (9, 0) else 0)"]
         return emit.candidate(plan, desc, header=header, marker=marker,
                               imports=[f"from {target.module} import compile_cuda"], source_name="SOURCE",
                               source_text=src, init_tail=tail,

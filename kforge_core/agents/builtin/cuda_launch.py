@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import emit
 from .cuda_rowcache import RowCache, row_cache
+from .cuda_rowcopy import ELEM_BYTES
 from .plans import KernelPlan
 from .schedule import Schedule
 
@@ -58,10 +59,19 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature)
     elif sched.parallel or sched.warp_reduce:
         lines.append(f"threads = min({threads}, max(32, 1 << max(0, cols // {cache.elems_per_thread} - 1)"
                      ".bit_length()))")
-        lines.append("grid = max(1, min(rows, self.kf_sms * (2048 // threads) * 2))")
+        if cache.copy:
+            # 1024 threads and a row that fits the cache and the shared memory: the kernel copies each next row
+            # (`cuda_rowcopy`), one block an SM walking its rows
+            nbytes = ELEM_BYTES[plan.slots[cache.slots[0]].ctype]
+            lines.append(f"smem = cols * {nbytes} if threads == 1024 and cols % 4 == 0 and cols <= {4 * cache.k} * "
+                         f"threads and cols * {nbytes} <= self.kf_copy_smem else 0")
+            lines.append("grid = max(1, min(rows, self.kf_sms if smem else self.kf_sms * (2048 // threads) * 2))")
+        else:
+            lines.append("grid = max(1, min(rows, self.kf_sms * (2048 // threads) * 2))")
         block = "(threads,)"
     else:
         lines.append(f"grid = max(1, (rows + {threads - 1}) // {threads})")
         block = f"({threads},)"
-    call_line = f"self.kf_mod.{plan.name}(grid=(grid,), block={block}, args=({', '.join(call)},))"
+    smem = ", shared_mem=smem" if cache.copy else ""
+    call_line = f"self.kf_mod.{plan.name}(grid=(grid,), block={block}, args=({', '.join(call)},){smem})"
     return emit.Launch(lines, outs, [call_line])

@@ -44,6 +44,7 @@ class RowCache:
     slots: tuple[int, ...]  # the cached operands; empty: rows are streamed
     k: int  # 4-element vectors a thread keeps of each (see `row_cache`)
     packed: bool  # every cached operand is bf16/fp16, kept packed (half the registers a vector)
+    copy: bool = False  # its next row is copied into shared memory meanwhile (`cuda_rowcopy`; sm_90+, at run time)
 
     @property
     def block_limit(self) -> int:
@@ -78,8 +79,21 @@ def row_cache(plan: KernelPlan, sched: Schedule, prog=None) -> RowCache:
     launch gives a thread twice the elements: bf16 add+RMSNorm over 8192-wide rows, 8 packed vectors of each operand
     in 256-thread blocks, ran at 92 % of the measured bandwidth on an H200 (kernel 1.848 -> 1.633 ms), against 82 %
     with 4 widened ones in 512-thread blocks (and 82 % with 4 packed: the registers saved, left unused, buy
-    nothing)."""
+    nothing).
+
+    copy: a single cached operand whose rows, like every row operand's, are dense (or the same for every row) has
+    its next row copied into shared memory while the block works on the current one (`cuda_rowcopy`)."""
     slots = tuple((cached_slots(plan, prog) or []) if sched.block and plan.npasses else [])
     packed = bool(slots) and all(plan.slots[si].ctype in PACKED for si in slots)
     k = ROW_CACHE_K_ONE if len(slots) == 1 and plan.traced_cols > 4 * ROW_CACHE_K * 1024 else ROW_CACHE_K
-    return RowCache(slots, 2 * k if packed else k, packed)
+    # a block per row (`parallelize_rows` or `warp_reduce`) walking its rows: the kernel shape that copies
+    loops = (prog or row_program(plan, cache_rows=False)).loops
+    copy = bool((sched.parallel or sched.warp_reduce) and len(slots) == 1 and _dense(plan.slots[slots[0]]) and all(
+        _dense(plan.slots[si]) or plan.slots[si].mode == "zero" for loop in loops for si in loop.slots))
+    return RowCache(slots, 2 * k if packed else k, packed, copy)
+
+
+def _dense(slot) -> bool:
+    """Row r of the operand starts at r * cols: the next row's address is known, and one alignment check of the
+    operand covers every row (an operand the same for every row needs only the check)."""
+    return slot.mode == "rowmajor" and slot.inner == 1
