@@ -149,7 +149,8 @@ def test_single_cached_operand_copies_its_next_row(dtype, nbytes, vtype):
     assert first < src.index("for (long long r = blockIdx.x;") < wait < read < copy
     assert "if (kf_tma || (" in src and "!kf_tma && (blockIdx.x & 1)" in src  # the copy replaces the stagger
     assert "self.kf_copy_smem = (kf_props.shared_memory_per_block_optin - 4096 if (kf_props.major, " in prog
-    assert f"smem = cols * {nbytes} if threads == 1024 and cols % 4 == 0 and cols <= " in prog
+    assert f"((cols * {nbytes}) & 15) == 0 && (((unsigned long long)a0) & 15) == 0" in src  # the copy engine's units
+    assert f"smem = cols * {nbytes} if threads == 1024 and cols % 4 == 0 and cols * {nbytes} % 16 == 0 and " in prog
     assert "grid = max(1, min(rows, self.kf_sms if smem else " in prog and ", shared_mem=smem)" in prog
 
 

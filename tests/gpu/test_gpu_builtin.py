@@ -216,6 +216,9 @@ _COPY = {
     "fp32_few_rows": ("torch.softmax(x, dim=-1)", "torch.randn(50, 32768), torch.randn(1)"),
     # packed fp16 rows (64 KiB a row) over 1000 rows
     "fp16_rows": ("torch.softmax(x.float(), dim=-1) + y", "torch.randn(1000, 32768).half(), torch.randn(1000, 1)"),
+    # fp16 rows of 32740 (65480 bytes, not a multiple of 16): the launch gives no shared memory, rows are read
+    "fp16_rows_not_16_bytes": ("torch.softmax(x.float(), dim=-1) + y",
+                               "torch.randn(300, 32740).half(), torch.randn(300, 1)"),
 }
 
 

@@ -63,8 +63,8 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature)
             # 1024 threads and a row that fits the cache and the shared memory: the kernel copies each next row
             # (`cuda_rowcopy`), one block an SM walking its rows
             nbytes = ELEM_BYTES[plan.slots[cache.slots[0]].ctype]
-            lines.append(f"smem = cols * {nbytes} if threads == 1024 and cols % 4 == 0 and cols <= {4 * cache.k} * "
-                         f"threads and cols * {nbytes} <= self.kf_copy_smem else 0")
+            lines.append(f"smem = cols * {nbytes} if threads == 1024 and cols % 4 == 0 and cols * {nbytes} % 16 == 0 "
+                         f"and cols <= {4 * cache.k} * threads and cols * {nbytes} <= self.kf_copy_smem else 0")
             lines.append("grid = max(1, min(rows, self.kf_sms if smem else self.kf_sms * (2048 // threads) * 2))")
         else:
             lines.append("grid = max(1, min(rows, self.kf_sms * (2048 // threads) * 2))")

@@ -8,8 +8,9 @@ Measured on an H200 (kernel time, 16384 rows of 32768 fp32, one 1024-thread bloc
 with one block per SM walking its rows (a grid of more blocks than fit was 3 % slower).
 
 The kernel decides at its start, for all its rows at once, whether it copies (`kf_tma`): the launch gave it the
-row's bytes of dynamic shared memory, the row length is a multiple of 4 and fits the cache, and every row operand
-and output starts aligned (with a dense row layout every row then is). The launch gives the memory only on sm_90+,
+row's bytes of dynamic shared memory, the row length is a multiple of 4 and fits the cache, a row is a multiple of
+16 bytes, the copied operand starts 16-byte aligned, and every other row operand and output starts aligned (with a
+dense row layout every row then is). The launch gives the memory only on sm_90+,
 with 1024 threads, when the row fits the device's shared memory a block may use.
 """
 
@@ -52,9 +53,11 @@ def copy_setup(e: CudaEmitter, plan: KernelPlan, cache: RowCache, row_slots: lis
     e.w(d, "#if __CUDA_ARCH__ >= 900")
     e.w(d, "__shared__ __align__(8) unsigned long long kf_bar;")
     e.w(d, "unsigned kf_phase = 0;")
+    # the copy engine moves multiples of 16 bytes between 16-byte aligned addresses
     conds = ["(cols & 3) == 0", f"cols <= {4 * cache.k} * (long long)blockDim.x",
-             f"kf_dyn_smem() >= cols * {nbytes}"]
-    conds += [e.aligned(f"a{i}", plan.slots[i].ctype) for i in row_slots]
+             f"kf_dyn_smem() >= cols * {nbytes}", f"((cols * {nbytes}) & 15) == 0",
+             f"(((unsigned long long)a{si}) & 15) == 0"]
+    conds += [e.aligned(f"a{i}", plan.slots[i].ctype) for i in row_slots if i != si]
     conds += [e.aligned(f"o{j}", o.dtype) for j, o in enumerate(plan.outputs) if o.level == "E"]
     e.w(d, f"const bool kf_tma = {' && '.join(conds)};")
     e.w(d, "if (kf_tma) {")
