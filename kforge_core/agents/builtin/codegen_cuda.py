@@ -9,14 +9,14 @@ pointers are aligned for them and whose length is a multiple of 4, a `cat` readi
 `block_shape` gives elementwise threads 8 float4s per task and row kernels up to 1024 threads (512 when the cache
 holds several operands: `cuda_rowcache`) plus a register cache of the row (read from memory once, however many
 passes; up to 16 elements a thread, 32 with one cached operand of longer rows; bf16/fp16 kept packed, twice as deep
-when all are; a kernel that may run 1024-thread blocks of it, alone on their SM, starts its odd blocks a little
-late so SMs do not read and write in lockstep, and one caching a single operand of dense rows copies each next
-row into shared memory meanwhile on sm_90+: `cuda_rowcopy`); `unroll` adds `#pragma unroll 4` and makes elementwise threads load 4 vectors per operand before
-computing any. A strided operand's row offset comes from the pair (n, s) the host works out per layout (`kf_fast`,
-passed after the strides in meta): (r % n) * s, so a row costs at most one division. Blocks are sized to the row at
-run time: short rows share a block (2-D blocks, one row per y), row kernels get about 16 elements a thread, so
-neither leaves most of a block idle. Kernel pointers are `__restrict__` (every output is a fresh tensor); bf16/fp16
-rounding uses the hardware `cvt` on sm_80+.
+when all are; a kernel that may run 1024-thread blocks of it, alone on their SM, starts its odd blocks a little late
+so SMs do not read and write in lockstep, and one caching a single operand of dense rows copies each next row into
+shared memory meanwhile on sm_90+: `cuda_rowcopy`); `unroll` adds `#pragma unroll 4` and makes elementwise threads
+load 4 vectors per operand before computing any. A strided operand's row offset comes from the pair (n, s) the host
+works out per layout (`kf_fast`, passed after the strides in meta): (r % n) * s, so a row costs at most one
+division. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row per y), row kernels
+get about 16 elements a thread, so neither leaves most of a block idle. Kernel pointers are `__restrict__` (every
+output is a fresh tensor); bf16/fp16 rounding uses the hardware `cvt` on sm_80+.
 
 The statement writer (`CudaEmitter`, in `cuda_emitter`) is shared with the Metal writer.
 """
@@ -48,11 +48,11 @@ def _cuda_signature(plan: KernelPlan) -> list[tuple[str, str]]:
     return out
 
 
-def cuda_kernel(plan: KernelPlan, sched: Schedule) -> str:
+def cuda_kernel(plan: KernelPlan, sched: Schedule, cache: RowCache) -> str:
+    """The kernel's text; `cache` is `row_cache(plan, sched)`, which its launch reads too."""
     e = CudaEmitter(plan, sched)
     params = ", ".join(d for d, _ in _cuda_signature(plan))
     prog = row_program(plan, cache_rows=False)
-    cache = row_cache(plan, sched, prog)
     unroll = "#pragma unroll 4" if sched.unroll else None
     e.w(0, f"// {plan.label}")
     # block-per-row kernels launch up to the row cache's block limit: the bound caps registers so such a launch always
@@ -348,15 +348,18 @@ class CudaBackend(Backend):
         fast = ["#define KF_FAST_MATH 1"] if sched.vectorize else []
         halves = half_math(plan.kernels, "__device__ __forceinline__", CUDA_HALF_BITS)
         halves += [CUDA_HALF_VEC.strip()] if halves else []
-        copies = [CUDA_ROWCOPY.strip()] if any(row_cache(k, sched).copy for k in plan.kernels) else []
-        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + [cuda_kernel(k, sched) for k in plan.kernels])
+        caches = {k.name: row_cache(k, sched) for k in plan.kernels}  # each kernel's text and launch share it
+        copies = [CUDA_ROWCOPY.strip()] if any(c.copy for c in caches.values()) else []
+        kernels = [cuda_kernel(k, sched, caches[k.name]) for k in plan.kernels]
+        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + kernels)
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
-                "self.kf_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count"]
+                "kf_props = torch.cuda.get_device_properties(torch.cuda.current_device())",
+                "self.kf_sms = kf_props.multi_processor_count"]
         if copies:  # a row kernel may copy its next row into shared memory: sm_90+, within what a block may use
-            tail += ["kf_props = torch.cuda.get_device_properties(torch.cuda.current_device())",
-                     "self.kf_copy_smem = (kf_props.shared_memory_per_block_optin - 4096 "
+            tail += ["self.kf_copy_smem = (kf_props.shared_memory_per_block_optin - 4096 "
                      "if (kf_props.major, kf_props.minor) >= (9, 0) else 0)"]
         return emit.candidate(plan, desc, header=header, marker=marker,
                               imports=[f"from {target.module} import compile_cuda"], source_name="SOURCE",
                               source_text=src, init_tail=tail,
-                              launch=lambda kp, names: cuda_launch_lines(kp, names, sched, _cuda_signature))
+                              launch=lambda kp, names: cuda_launch_lines(kp, names, sched, _cuda_signature,
+                                                                         caches[kp.name]))

@@ -4,7 +4,7 @@ length) and the sizes the kernel text and the launch must agree on."""
 from __future__ import annotations
 
 from . import emit
-from .cuda_rowcache import RowCache, row_cache
+from .cuda_rowcache import RowCache
 from .cuda_rowcopy import ELEM_BYTES
 from .plans import KernelPlan
 from .schedule import Schedule
@@ -38,11 +38,11 @@ def batched(sched: Schedule) -> bool:
 UNROLL = 4  # vectors loaded per operand, back to back, before any is used (the `unroll` move's vector path)
 
 
-def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature) -> emit.Launch:
-    """`signature(plan)`: the kernel's [(declaration, role)], in parameter order."""
+def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature, cache: RowCache) -> emit.Launch:
+    """`signature(plan)`: the kernel's [(declaration, role)], in parameter order; `cache`: the kernel's
+    `row_cache`, as its text was written with."""
     lines, outs, args = emit.prep_lines(plan, names)
     call = [args[role] for _, role in signature(plan)]
-    cache = row_cache(plan, sched)
     threads = cuda_threads(plan, sched, cache)
     if plan.npasses == 0:
         chunk = cuda_chunk(plan, sched)

@@ -83,13 +83,15 @@ def row_cache(plan: KernelPlan, sched: Schedule, prog=None) -> RowCache:
 
     copy: a single cached operand whose rows, like every row operand's, are dense (or the same for every row) has
     its next row copied into shared memory while the block works on the current one (`cuda_rowcopy`)."""
-    slots = tuple((cached_slots(plan, prog) or []) if sched.block and plan.npasses else [])
+    if not (sched.block and plan.npasses):
+        return RowCache((), ROW_CACHE_K, False)
+    prog = prog or row_program(plan, cache_rows=False)
+    slots = tuple(cached_slots(plan, prog) or [])
     packed = bool(slots) and all(plan.slots[si].ctype in PACKED for si in slots)
     k = ROW_CACHE_K_ONE if len(slots) == 1 and plan.traced_cols > 4 * ROW_CACHE_K * 1024 else ROW_CACHE_K
     # a block per row (`parallelize_rows` or `warp_reduce`) walking its rows: the kernel shape that copies
-    loops = (prog or row_program(plan, cache_rows=False)).loops
     copy = bool((sched.parallel or sched.warp_reduce) and len(slots) == 1 and _dense(plan.slots[slots[0]]) and all(
-        _dense(plan.slots[si]) or plan.slots[si].mode == "zero" for loop in loops for si in loop.slots))
+        _dense(plan.slots[si]) or plan.slots[si].mode == "zero" for loop in prog.loops for si in loop.slots))
     return RowCache(slots, 2 * k if packed else k, packed, copy)
 
 
