@@ -206,7 +206,8 @@ def profile(event: dict, ctx: RenderContext) -> None:
                     f"{fmt_ms(prof.get('per_forward_ms'))} per forward, custom kernels "
                     f"{100 * (prof.get('custom_share') or 0):.0f}% of the time, "
                     f"{_num(prof.get('launches_per_forward'), '{:.3g}')} custom launches per forward")
-        rows = [{"kernel / op": k.get("name"), "custom": bool(k.get("custom")),
+        rows = [{"kernel / op": f"{k['op']}: {k.get('name')}" if k.get("op") else k.get("name"),
+                 "custom": bool(k.get("custom")),
                  "share %": round(100 * (k.get("share") or 0), 1), "ms / forward": k.get("ms_per_forward"),
                  "calls / forward": k.get("calls_per_forward")} for k in prof.get("kernels") or []]
         if rows:
@@ -221,9 +222,13 @@ def profile(event: dict, ctx: RenderContext) -> None:
         pct = roof.get("pct_of_roofline")
         st.markdown(f"**Roofline**: {bound}-bound; floor {fmt_ms(roof.get('floor_ms'))} at the measured ceilings "
                     f"({_num(roof.get('bandwidth_gbs'), '{:.1f}')} GB/s, {_num(roof.get('fp32_tflops'), '{:.2f}')} "
-                    f"TFLOP/s fp32); this program reaches {_num(pct, '{:.0f}')}% of it")
+                    f"TFLOP/s fp32); this program reaches {_num(pct, '{:.0f}')}% of it"
+                    + (f" by its timed call, {roof['pct_of_roofline_device']:.0f}% by its kernels' device time "
+                       f"({fmt_ms(roof.get('device_ms'))} per forward)" if roof.get("pct_of_roofline_device") else ""))
         st.caption(f"moves at least {_num(roof.get('bytes'), '{:,}')} bytes, {_num(roof.get('flops'), '{:,}')} FLOPs "
                    "(unknown stays unknown: ceilings are measured, never guessed)")
+        if roof.get("device_note"):
+            st.caption(roof["device_note"])
         if roof.get("suspicious"):
             st.error(roof["suspicious"], icon=":material/report:")
 

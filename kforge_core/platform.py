@@ -69,6 +69,7 @@ class Platform:
     formats: tuple[str, ...] = ()
     device_type: str = "cpu"
     has_profiler: bool = False
+    profiler_times_device: bool = False  # the profile's per-forward time is device (kernel) time, not host time
     accepts_profiler_screenshots: bool = False
     limit_address_space: bool = False  # RLIMIT_AS is safe only where the runtime does not map huge VA ranges
     candidate_api: tuple[str, ...] = ()  # names candidates may import from this platform's module
@@ -114,6 +115,10 @@ class Platform:
 
     def flush_cache(self) -> None:
         """Evict caches outside the timed region so each trial reads its inputs from memory."""
+
+    def cache_bytes(self) -> int | None:
+        """The size of the device's last-level cache, where known (inside the evaluation child)."""
+        return None
 
     def poison_allocations(self, sizes_bytes: list[int]) -> None:
         """Make freshly allocated memory of these sizes hold NaN, so unwritten outputs cannot pass."""

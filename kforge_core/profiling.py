@@ -2,7 +2,12 @@
 
 Shape (a JSON-safe dict, the contract for the analysis agent and the UI):
 {"tool", "device", "per_forward_ms", "kernels": [{"name", "calls_per_forward", "ms_per_forward", "share",
-"custom"}], "custom_share", "launches_per_forward", "notes": [...]}; platforms may add keys (e.g. "ncu").
+"custom", "op"?}], "custom_share", "launches_per_forward", "notes": [...]}; platforms may add keys (e.g. "ncu").
+
+A device profile counts the device's own activity records (kernels, copies, sets) and nothing else: torch.profiler
+also gives each PyTorch op that launched a kernel that kernel's time as its own "self device time" (and now and then
+a profiler event, such as "Activity Buffer Request", a kernel's), so summing every row counted PyTorch's kernels
+twice. A device row names its kernel, with the op that launched it as "op" where the profiler links them.
 """
 
 from __future__ import annotations
@@ -17,12 +22,36 @@ def _is_custom(key: str, custom_names) -> bool:
     return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", key) for n in custom_names)
 
 
+def _device_side(ev) -> bool:
+    """An activity record of the device itself (kernel, memcpy, memset), not a host op or runtime call."""
+    kind = getattr(ev, "device_type", None)
+    return kind is not None and str(kind).rsplit(".", 1)[-1] != "CPU"
+
+
+def _kernel_owners(prof) -> dict[str, str]:
+    """Kernel name -> the innermost op that launched it (e.g. `aten::add`), where the profiler links them."""
+    owners: dict[str, str] = {}
+    try:
+        events = prof.events() or []
+    except Exception:  # noqa: BLE001 - linkage is a nicety; the kernel's own name stays
+        return owners
+    for ev in events:
+        if _device_side(ev) or ev.name.startswith(("cuda", "cuLaunch", "Activity Buffer")):
+            continue
+        for k in getattr(ev, "kernels", None) or []:
+            owners.setdefault(k.name, ev.name)
+    return owners
+
+
 def summarize_torch_profile(prof, trials: int, tool: str, device: str, top: int = 12, custom_names=()) -> dict:
     events = prof.key_averages()
     use_device = device != "cpu"
+    owners = _kernel_owners(prof) if use_device else {}
     rows = []
     for ev in events:
         if use_device:
+            if not _device_side(ev):
+                continue
             self_us = getattr(ev, "self_device_time_total", None) or getattr(ev, "self_cuda_time_total", 0)
         else:
             self_us = ev.self_cpu_time_total
@@ -31,8 +60,11 @@ def summarize_torch_profile(prof, trials: int, tool: str, device: str, top: int 
             self_us = ev.cpu_time_total  # a ctypes call has no child ops: its total is its own time
         if self_us <= 0:
             continue
-        rows.append({"name": ev.key, "calls_per_forward": ev.count / trials, "ms_per_forward": self_us / 1e3 / trials,
-                     "custom": custom})
+        row = {"name": ev.key, "calls_per_forward": ev.count / trials, "ms_per_forward": self_us / 1e3 / trials,
+               "custom": custom}
+        if ev.key in owners:
+            row["op"] = owners[ev.key]
+        rows.append(row)
     total = sum(r["ms_per_forward"] for r in rows) or 1e-12
     for r in rows:
         r["share"] = r["ms_per_forward"] / total
@@ -41,7 +73,8 @@ def summarize_torch_profile(prof, trials: int, tool: str, device: str, top: int 
     notes = []
     non_custom = [r for r in rows[:5] if not r["custom"] and r["share"] > 0.1]
     for r in non_custom:
-        notes.append(f"{r['name']} (not a custom kernel) takes {100 * r['share']:.0f}% of the time")
+        who = f"{r['op']} ({r['name'][:80]})" if r.get("op") else r["name"]
+        notes.append(f"{who} (not a custom kernel) takes {100 * r['share']:.0f}% of the time")
     return {"tool": tool, "device": device, "per_forward_ms": total, "kernels": rows[:top],
             "custom_share": custom_ms / total, "launches_per_forward": sum(r["calls_per_forward"] for r in rows
                                                                            if r["custom"]), "notes": notes}

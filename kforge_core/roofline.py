@@ -1,6 +1,11 @@
 """Roofline facts for a problem: bytes moved at least once, FLOPs, and the floor time at the device's measured
 ceilings. A candidate faster than the floor is a measurement bug until proven otherwise.
 
+Two shares of the floor: `pct_of_roofline` from the candidate's timed call (wall clock: host launch work and the
+final synchronize included, what a caller waits), and `pct_of_roofline_device` from the profiler's kernel time per
+forward, the same kind of time the ceilings were measured in (CUDA events around a device copy). Kernel bandwidth
+is the second; the first is what the speedups use.
+
 Ceilings come from `kforge_core.ceilings` (measured once per device, cached); unknown stays unknown.
 """
 
@@ -54,4 +59,30 @@ def roofline(ref_model, inputs, candidate_ms: float, platform) -> dict:
     if floor_ms and candidate_ms < 0.5 * floor_ms:
         out["suspicious"] = (f"candidate ({candidate_ms:.3g} ms) beats the hardware floor ({floor_ms:.3g} ms at the "
                              f"measured ceilings) by over 2x: treat this speedup as a measurement bug until proven")
+    return out
+
+
+# Below this share of the floor a device time is a profiler artefact (or work hidden from it), not a fast kernel.
+_DEVICE_FLOOR_SHARE = 0.5
+
+
+def with_device_time(roof: dict, device_ms: float | None, cache_bytes: int | None) -> dict:
+    """The roofline with the profiler's device time per forward added, and its share of the floor.
+
+    The profiler runs the same inputs back to back, so a problem that fits in the device's cache would be timed
+    warm: its share is left out (with the reason) unless it moves at least twice the cache's bytes.
+    """
+    out = dict(roof)
+    floor = roof.get("floor_ms")
+    if not device_ms or device_ms <= 0 or not floor:
+        return out
+    out["device_ms"] = device_ms
+    if cache_bytes and (roof.get("bytes") or 0) < 2 * cache_bytes:
+        out["device_note"] = (f"no device-time share: the problem moves {roof.get('bytes') or 0:,} bytes, under twice "
+                              f"the device cache ({cache_bytes:,} bytes), and the profiler runs it warm")
+    elif device_ms < _DEVICE_FLOOR_SHARE * floor:
+        out["device_note"] = (f"no device-time share: the profiled kernels ({device_ms:.3g} ms per forward) beat the "
+                              f"floor ({floor:.3g} ms) by over 2x, so the profile missed work (side streams?)")
+    else:
+        out["pct_of_roofline_device"] = 100 * floor / device_ms
     return out

@@ -66,6 +66,7 @@ def candidate_kernel_names(candidate_text: str) -> set[str]:
 class GpuPlatform(Platform):
     device_type = "cuda"
     has_profiler = True
+    profiler_times_device = True  # CUDA activities: kernel durations from CUPTI
     accepts_profiler_screenshots = True
     limit_address_space = False  # the CUDA runtime maps huge virtual ranges; RSS is polled instead
     strict_fp32_controls = True
@@ -109,12 +110,17 @@ class GpuPlatform(Platform):
             self._sync = torch.cuda.synchronize
         self._sync()
 
+    def cache_bytes(self) -> int | None:
+        import torch
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return int(getattr(props, "L2_cache_size", 0) or 0) or None
+
     def flush_cache(self) -> None:
         import torch
 
         if self._flush_buffer is None:
-            props = torch.cuda.get_device_properties(torch.cuda.current_device())
-            l2 = int(getattr(props, "L2_cache_size", 0) or 0) or (64 << 20)
+            l2 = self.cache_bytes() or (64 << 20)
             self._flush_buffer = torch.empty(max(2 * l2, 32 << 20) // 4, dtype=torch.int32, device="cuda")
         self._flush_buffer.zero_()  # writing 2x L2 evicts the inputs; the timer synchronizes before its start
 

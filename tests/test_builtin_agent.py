@@ -543,6 +543,8 @@ def test_measured_profile_feeds_the_analysis(agent):
     verdict = evaluate(load_problem(text=SOFTMAX_CHAIN, name="softmax_chain"), res.program, "cpu", opts)
     assert verdict.status == "correct", verdict.reason
     assert verdict.profile and verdict.profile.get("kernels"), verdict.profile
+    # a CPU profile times the host: no device-time share of the floor is made from it
+    assert "device_ms" not in verdict.roofline and "pct_of_roofline_device" not in verdict.roofline
     analysis = BuiltinAnalysisAgent().analyze(AnalysisRequest(
         program=res.program, problem_source=SOFTMAX_CHAIN, target="cpu", platform_title=CPU.title,
         profile=verdict.profile, roofline=verdict.roofline, candidate_ms=verdict.candidate_ms,

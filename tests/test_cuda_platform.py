@@ -134,24 +134,32 @@ def test_candidate_kernel_names():
 
 
 class _Ev:
-    def __init__(self, key, count, self_device_us):
-        self.key, self.count = key, count
+    """An averaged profiler row (key_averages), and an event of the trace (events): name, device, kernels."""
+
+    def __init__(self, key, count, self_device_us, device_type="DeviceType.CUDA", kernels=()):
+        self.key = self.name = key
+        self.count = count
         self.self_device_time_total = self_device_us
         self.self_cpu_time_total = 1.0
         self.cpu_time_total = 1.0
+        self.device_type = device_type
+        self.kernels = [type("KernelInfo", (), {"name": k})() for k in kernels]
 
 
 class _Prof:
-    def __init__(self, events):
-        self._events = events
+    def __init__(self, events, trace=()):
+        self._events, self._trace = events, list(trace)
 
     def key_averages(self):
         return self._events
 
+    def events(self):
+        return self._trace
+
 
 def test_profile_summary_marks_candidate_kernels_by_name():
     prof = _Prof([_Ev("swish_bias", 5, 500.0), _Ev("void at::native::vectorized_elementwise_kernel<4>", 5, 1500.0),
-                  _Ev("cuLaunchKernel", 5, 0.0), _Ev("Memset (Device)", 5, 10.0)])
+                  _Ev("cuLaunchKernel", 5, 0.0, "DeviceType.CPU"), _Ev("Memset (Device)", 5, 10.0)])
     s = summarize_torch_profile(prof, 5, tool="t", device="NVIDIA H100", custom_names={"swish_bias", "bias"})
     rows = {r["name"]: r for r in s["kernels"]}
     assert rows["swish_bias"]["custom"] and not rows["void at::native::vectorized_elementwise_kernel<4>"]["custom"]
@@ -159,6 +167,27 @@ def test_profile_summary_marks_candidate_kernels_by_name():
     assert s["launches_per_forward"] == 1.0
     assert abs(s["custom_share"] - 500 / 2010) < 1e-9
     assert any("not a custom kernel" in n for n in s["notes"])
+
+
+def test_device_profile_counts_each_kernel_once():
+    """torch.profiler gives a PyTorch op that launched a kernel that kernel's time as its own self device time (seen
+    on an H200: aten::_softmax and its cunn_SoftMaxForward kernel both 1.569 ms per forward, and 'Activity Buffer
+    Request' one kernel's time): only the device's own records count, named after their kernel, with the op."""
+    elementwise = "void at::native::vectorized_elementwise_kernel<4, AddFunctor>"
+    rows = [_Ev("aten::add", 5, 5000.0, "DeviceType.CPU"), _Ev("Activity Buffer Request", 1, 1000.0, "DeviceType.CPU"),
+            _Ev(elementwise, 5, 5000.0), _Ev("kf_k0", 5, 2500.0), _Ev("cuLaunchKernel", 5, 0.0, "DeviceType.CPU")]
+    trace = [_Ev("aten::add", 1, 1000.0, "DeviceType.CPU", kernels=[elementwise]),
+             _Ev("cudaLaunchKernel", 1, 0.0, "DeviceType.CPU", kernels=[elementwise]),
+             _Ev(elementwise, 1, 1000.0)]
+    s = summarize_torch_profile(_Prof(rows, trace), 5, tool="t", device="NVIDIA H200", custom_names={"kf_k0"})
+    assert [r["name"] for r in s["kernels"]] == [elementwise, "kf_k0"]
+    assert s["per_forward_ms"] == pytest.approx(1.5)
+    assert s["custom_share"] == pytest.approx(0.5 / 1.5)
+    assert s["kernels"][0]["op"] == "aten::add" and "op" not in s["kernels"][1]
+    assert s["notes"] == [f"aten::add ({elementwise}) (not a custom kernel) takes 67% of the time"]
+    # a CPU profile is host time: its op rows are what it has
+    cpu = summarize_torch_profile(_Prof([_Ev("aten::add", 5, 0.0, "DeviceType.CPU")]), 5, tool="t", device="cpu")
+    assert [r["name"] for r in cpu["kernels"]] == ["aten::add"]
 
 
 def test_ncu_numbers_and_units():

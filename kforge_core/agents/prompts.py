@@ -201,7 +201,8 @@ def format_profile(profile: dict | None) -> str:
     lines.append(", ".join(head))
     for k in profile.get("kernels") or []:
         tag = " (custom)" if k.get("custom") else ""
-        lines.append(f"- {k.get('name')}{tag}: {k.get('ms_per_forward', 0):.4g} ms per forward, "
+        who = f"{k['op']} ({k.get('name')})" if k.get("op") else k.get("name")
+        lines.append(f"- {who}{tag}: {k.get('ms_per_forward', 0):.4g} ms per forward, "
                      f"{100 * (k.get('share') or 0):.0f}% of the time, {k.get('calls_per_forward', 0):.3g} calls")
     for note in profile.get("notes") or []:
         lines.append(f"- note: {note}")
@@ -230,6 +231,9 @@ def format_roofline(roofline: dict | None) -> str:
         pct = roofline["pct_of_roofline"]
         parts.append(f"the program runs at {pct:.0f}% of the roofline" if pct >= 1 else
                      f"the program runs at {pct:.2g}% of the roofline")
+        if roofline.get("pct_of_roofline_device") is not None:
+            parts.append(f"its kernels alone at {roofline['pct_of_roofline_device']:.0f}% (device time "
+                         f"{roofline['device_ms']:.4g} ms per forward; the rest is host launch work)")
     else:
         parts.append("% of roofline unknown (device ceilings not measured)")
     if roofline.get("suspicious"):

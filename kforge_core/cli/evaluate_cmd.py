@@ -68,6 +68,11 @@ def report(v: Verdict) -> str:
         r = v.roofline
         lines.append(f"  roofline       {r['pct_of_roofline']:.0f}% of the {r['bound']}-bound floor "
                      f"({fmt_ms(r['floor_ms'])} at measured ceilings)")
+        if r.get("pct_of_roofline_device"):
+            lines.append(f"                 {r['pct_of_roofline_device']:.0f}% by the kernels' device time "
+                         f"({fmt_ms(r['device_ms'])} per forward, profiler)")
+        elif r.get("device_note"):
+            lines.append(f"                 {r['device_note']}")
     if v.build_s is not None:
         lines.append(f"  build          {v.build_s:.2f} s")
     for w in v.warnings:

@@ -216,6 +216,11 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
             return _verdict("rejected", rejected, **base)
         if request.get("profile"):
             base["profile"] = _profile(platform, new_model, make_inputs)
+            prof = base["profile"] or {}
+            if platform.profiler_times_device and base.get("roofline") and prof.get("per_forward_ms"):
+                from ..roofline import with_device_time
+
+                base["roofline"] = with_device_time(base["roofline"], prof["per_forward_ms"], platform.cache_bytes())
     return _verdict("correct", res.reason, **base)
 
 

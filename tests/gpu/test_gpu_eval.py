@@ -286,6 +286,30 @@ def test_profile_torch_profiler_and_ncu(monkeypatch):
         print("ncu headline:", k["headline"], "rules:", [r["rule"] for r in k["rules"]])
 
 
+def test_profile_counts_each_kernel_once_and_gives_the_device_share():
+    """A custom kernel, then a PyTorch copy of its output: the profile holds one row per device kernel (the copy
+    named after its kernel, with its op), the per-forward time is their sum, and the roofline gets the kernels'
+    device-time share of the floor next to the timed call's."""
+    source = (EXAMPLES / "cuda" / "candidate.py").read_text()
+    assert "        return out\n" in source
+    source = source.replace("        return out\n", "        return out.clone()\n")
+    v = _evaluate(SWISH, source, "cuda", profile=True, timeout_s=400)
+    assert v.status == "correct", (v.reason, v.log_tail)
+    p, r = v.profile, v.roofline
+    _save("profile_mixed.json", {"profile": p, "roofline": r})
+    names = [k["name"] for k in p["kernels"]]
+    assert not any(n.startswith(("aten::", "Activity", "cuda", "cuLaunch")) for n in names), names
+    assert sum(k["ms_per_forward"] for k in p["kernels"]) == pytest.approx(p["per_forward_ms"], rel=1e-6)
+    assert [k["name"] for k in p["kernels"] if k["custom"]] == ["swish_bias"]
+    assert 0.35 < p["custom_share"] < 0.65, p  # two passes of the same bytes each; counted twice, the copy had 2/3
+    assert any(k.get("op", "").startswith("aten::") for k in p["kernels"] if not k["custom"]), p["kernels"]
+    assert r["device_ms"] == pytest.approx(p["per_forward_ms"])
+    assert r["device_ms"] < v.candidate.median_ms  # the timed call adds host launch work and the synchronize
+    assert r["pct_of_roofline_device"] > r["pct_of_roofline"], r
+    print(f"mixed: timed {v.candidate.median_ms:.3f} ms ({r['pct_of_roofline']:.0f}% of the floor), kernels "
+          f"{r['device_ms']:.3f} ms ({r['pct_of_roofline_device']:.0f}%)")
+
+
 def test_triton_profile_marks_triton_kernels():
     v = _evaluate(EXAMPLES / "triton" / "problem.py", EXAMPLES / "triton" / "candidate.py", "triton", profile=True,
                   timeout_s=400)

@@ -184,7 +184,7 @@ class BuiltinAnalysisAgent:
             ", ".join(k["name"] for k in (marker or {}).get("kernels", [])[:4])
         pointwise = re.compile(r"aten::(add|sub|mul|div|relu|gelu|silu|sigmoid|tanh|exp|clamp|where|pow|rsqrt|"
                                r"neg|copy_|contiguous|clone|maximum|minimum|softmax|layer_norm)")
-        aten_pw = [r for r in rows if not r.get("custom") and pointwise.match(r.get("name", ""))]
+        aten_pw = [r for r in rows if not r.get("custom") and pointwise.match(r.get("op") or r.get("name", ""))]
         top = custom[0] if custom else None
         top_text = (f"{top['name'].split('::')[-1]} is {_pct(top.get('share', 0))} of the time "
                     f"({top.get('ms_per_forward', 0):.3g} ms, {top.get('calls_per_forward', 0):g} call(s) per forward)"
