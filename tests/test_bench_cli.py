@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_env import cli_env
-from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.openai_server import FakeOpenAIServer, slow
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures_loop"
@@ -68,7 +68,21 @@ def test_bench_kernelbench_directory_writes_reports(server, tmp_path):
     assert json.loads(done.stdout)["problems"] == 1
 
 
-def test_bench_resumes_after_interruption(server, tmp_path):
+def test_bench_resumes_after_interruption(tmp_path):
+    """Interrupted during its second problem, the bench keeps the first; the same command then runs the other two.
+    Every reply after the first takes 2 s, so the interruption lands mid-problem however loaded the machine is (on
+    a busy CI box the bench once finished all three problems between two polls)."""
+    served = []
+
+    def program_reply(request):
+        served.append(request)
+        return _program_reply(request) if len(served) == 1 else slow(2.0, _program_reply(request))
+
+    with FakeOpenAIServer(models=("gen-model",), responder=program_reply) as server:
+        _interrupt_then_resume(server, tmp_path)
+
+
+def _interrupt_then_resume(server, tmp_path):
     suite = _suite(tmp_path / "kb", n_level1=2)
     out, db = tmp_path / "out", tmp_path / "runs.db"
     proc = subprocess.Popen(_bench(server, db, out, suite), env=cli_env(tmp_path), cwd=REPO,

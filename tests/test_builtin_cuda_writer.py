@@ -3,7 +3,8 @@ to read it): how deep a thread's register row cache of each operand is, the bloc
 operands is compiled and launched for, the register bound of batched elementwise kernels, the variance folded into
 its mean's pass on the streaming path, softmax's reciprocal, strided operands' row offsets from the host's (n, s)
 pairs, bf16/fp16 operands kept packed in the cache, the staggered start of blocks alone on their SM, and the next
-row copied into shared memory while a block works on the current one. The GPU tests judge such candidates correct."""
+row copied into shared memory while a block works on the current one, and the L2 evict-last loads of operands that
+other rows read again. The GPU tests judge such candidates correct."""
 
 from __future__ import annotations
 
@@ -202,3 +203,27 @@ def test_half_precision_cache_is_packed_and_twice_as_deep():
     kernel = _kernel_text(mixed)
     assert sorted(re.findall(r"(\w+) C\d+\[(\d)\];", kernel)) == [("float4", "4"), ("uint2", "4")]
     assert "cols <= 16 * (long long)blockDim.x" in kernel and "cols // 16 - 1" in mixed
+
+
+def test_operands_other_rows_read_again_load_with_an_l2_keep_hint():
+    """A mask broadcast over batch and heads (read by every head) loads with the evict-last policy, in the register
+    cache and on the streaming path; the scores, read once, do not; fp16 masks load packed through the same policy.
+    Operands the same for every row, dense ones and Metal programs carry no hint."""
+    src = _source("torch.softmax(x * 0.125 + y, dim=-1)", "[torch.randn(2, 4, 64, 64), torch.randn(64, 64)]")
+    kernel = _kernel_text(_synthesize(src))
+    assert "createpolicy.fractional.L2::evict_last.b64" in kernel and "__CUDA_ARCH__ >= 800" in kernel
+    assert re.search(r"C1\[k\] = kf_keep_f4\(reinterpret_cast<const float4\*>\(p1\) \+ c4\);", kernel)
+    assert re.search(r"X1 = kf_keep_f4\(reinterpret_cast<const float4\*>\(p1\) \+ c4\);", kernel)  # streaming path
+    assert "kf_keep_f4(reinterpret_cast<const float4*>(p0)" not in kernel
+    assert re.search(r"C0\[k\] = reinterpret_cast<const float4\*>\(p0\)\[c4\];", kernel)
+
+    half = _kernel_text(_synthesize(_source("torch.softmax(x + y.float(), dim=-1)",
+                                            "[torch.randn(2, 4, 64, 64), torch.randn(64, 64).half()]")))
+    assert re.search(r"C0\[k\] = kf_keep_u2\(reinterpret_cast<const uint2\*>\(p0\) \+ c4\);", half)  # y first
+    assert re.search(r"C1\[k\] = reinterpret_cast<const float4\*>\(p1\)\[c4\];", half)
+
+    for forward, inputs in (("torch.softmax(x, dim=-1) * y", "[torch.randn(64, 64), torch.randn(64)]"),  # same rows
+                            ("torch.softmax(x + y, dim=-1)", "[torch.randn(64, 64), torch.randn(64, 64)]")):  # dense
+        assert "kf_keep" not in _synthesize(_source(forward, inputs))
+    metal = BuiltinGenerationAgent(size_class="cpu").synthesize(src, "metal", FULL, "p").program
+    assert metal and "kf_keep" not in metal and "createpolicy" not in metal

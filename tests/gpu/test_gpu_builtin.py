@@ -228,3 +228,20 @@ def test_row_copies_correct_on_cuda(kind, tmp_path):
     older GPUs the same program reads rows from memory), judged by the evaluator."""
     expr, inputs = _COPY[kind]
     _judge(tmp_path, kind, "x, y", expr, inputs, r"kf_copy_row\(kf_nx, a0 \+ \(r \+ gridDim\.x\) \* cols")
+
+
+_KEEP = {
+    # an fp32 mask broadcast over batch and heads, rows in the register cache
+    "fp32_mask": ("torch.softmax(x * 0.125 + y, dim=-1)", "torch.randn(4, 8, 512, 512), torch.randn(512, 512)"),
+    # an fp16 mask, loaded packed through the same policy
+    "fp16_mask": ("torch.softmax(x + y.float(), dim=-1)", "torch.randn(4, 8, 512, 512), torch.randn(512, 512).half()"),
+    # rows longer than the register cache: the streaming path loads the broadcast operand with the hint
+    "fp32_long_rows": ("torch.log_softmax(x - y, dim=-1)", "torch.randn(4, 8, 65536), torch.randn(8, 65536)"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_KEEP))
+def test_l2_keep_loads_correct_on_cuda(kind, tmp_path):
+    """Operands other rows read again, loaded with an L2 evict-last policy, judged by the evaluator."""
+    expr, inputs = _KEEP[kind]
+    _judge(tmp_path, kind, "x, y", expr, inputs, r"kf_keep_(f4|u2)\(reinterpret_cast<const (float4|uint2)\*>\(p\d\)")

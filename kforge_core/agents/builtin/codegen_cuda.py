@@ -28,7 +28,7 @@ from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
 from .cuda_emitter import IDENT, CudaEmitter
 from .cuda_launch import UNROLL, batched, cuda_chunk, cuda_launch_lines
-from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
+from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_L2_KEEP, CUDA_PRELUDE
 from .cuda_rowcache import PACKED, VTYPE, RowCache, row_cache
 from .cuda_rowcopy import CUDA_ROWCOPY, cache_loads, copy_load, copy_setup
 from .exprs import half_math, row_program, store
@@ -351,7 +351,8 @@ class CudaBackend(Backend):
         caches = {k.name: row_cache(k, sched) for k in plan.kernels}  # each kernel's text and launch share it
         copies = [CUDA_ROWCOPY.strip()] if any(c.copy for c in caches.values()) else []
         kernels = [cuda_kernel(k, sched, caches[k.name]) for k in plan.kernels]
-        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + kernels)
+        keeps = [CUDA_L2_KEEP.strip()] if any(s.reused for k in plan.kernels for s in k.slots) else []
+        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + keeps + kernels)
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
                 "kf_props = torch.cuda.get_device_properties(torch.cuda.current_device())",
                 "self.kf_sms = kf_props.multi_processor_count"]

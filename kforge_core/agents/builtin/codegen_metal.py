@@ -90,6 +90,7 @@ def metal_threads(plan: KernelPlan, sched: Schedule) -> int:
 def metal_kernel(plan: KernelPlan, sched: Schedule) -> str:
     e = CudaEmitter(plan, sched)
     e.fast_offsets = False  # Metal's kf_off takes no kf_fast pair
+    e.l2_keep = False  # no cache-policy loads in MSL
     decls, _ = _metal_params(plan)
     prog = row_program(plan, cache_rows=False)
     e.general = [s.index for s in plan.slots if s.kind == "tensor" and s.mode == "general"]

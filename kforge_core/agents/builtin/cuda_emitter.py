@@ -14,6 +14,7 @@ IDENT = {"sum": "0.0f", "mean": "0.0f", "max": "-INFINITY", "min": "INFINITY"}
 
 class CudaEmitter(CEmitter):
     fast_offsets = True  # row offsets from the host's kf_fast pairs (see offset_setup); the Metal writer's are not
+    l2_keep = True  # reused operands load with an L2 evict-last hint (CUDA_L2_KEEP); the Metal writer has none
 
     def offset_setup(self, d) -> None:
         """Each strided operand's kf_fast pair, read from meta once per thread (meta: row dims, strides, pairs)."""
@@ -70,12 +71,15 @@ class CudaEmitter(CEmitter):
     def vload(self, si: int, idx: str, packed: bool = False) -> str:
         """The float4 (four row elements from `idx * 4`) of slot `si`: one 16-byte load for float, one 8-byte load
         widened lane by lane for bf16/fp16 (kept as the loaded uint2 when `packed`)."""
-        ctype = self.plan.slots[si].ctype
+        slot = self.plan.slots[si]
+        ctype, keep = slot.ctype, self.l2_keep and slot.reused
         if ctype == "float":
-            return f"reinterpret_cast<const float4*>(p{si})[{idx}]"
+            vec = f"reinterpret_cast<const float4*>(p{si})"
+            return f"kf_keep_f4({vec} + {idx})" if keep else f"{vec}[{idx}]"
         if ctype == "bool":
             return f"reinterpret_cast<const uchar4*>(p{si})[{idx}]"
-        raw = f"reinterpret_cast<const uint2*>(p{si})[{idx}]"
+        vec = f"reinterpret_cast<const uint2*>(p{si})"
+        raw = f"kf_keep_u2({vec} + {idx})" if keep else f"{vec}[{idx}]"
         return raw if packed else self.widen(si, raw)
 
     def widen(self, si: int, packed: str) -> str:

@@ -94,7 +94,8 @@ def plan_kernel(g: Group, index: int, low: Lowered, users: dict, output_names: s
                 dense = val.contiguous and val.is_tensor and (
                     prod(val.shape) == (prod(S) if inner else prod(lead)))
                 mode = "rowmajor" if dense else "general"
-            s = Slot(len(slots), v, "tensor", ctype, inner, mode, drop)
+            reused = bool(inner) and mode == "general" and any(st == 0 and lead[i] > 1 for i, st in enumerate(lead_st))
+            s = Slot(len(slots), v, "tensor", ctype, inner, mode, drop, reused=reused)
         slot_index[(v, form)] = len(slots)
         slots.append(s)
     # levels and passes

@@ -27,6 +27,7 @@ class Slot:
     mode: str = "rowmajor"  # "rowmajor" | "zero" (same for every row) | "general" (strides from meta)
     drop: bool = False  # indexed by the row only (a reduction result without keepdim)
     piece_w: int | None = None  # read by a `cat` piece: rows of this width, at column c - lo of the piece
+    reused: bool = False  # a row operand broadcast over a row dim: other rows read the same elements again
 
     @property
     def is_row_level(self) -> bool:
