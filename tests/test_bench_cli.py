@@ -68,6 +68,13 @@ def test_bench_kernelbench_directory_writes_reports(server, tmp_path):
     assert json.loads(done.stdout)["problems"] == 1
 
 
+def _terminal_sigint() -> None:
+    """SIGINT as a terminal's Ctrl-C finds the bench: neither ignored nor blocked, whatever the test runner's own
+    process inherited (a child inherits both; in the full CI run the bench once never saw the signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_bench_resumes_after_interruption(tmp_path):
     """Interrupted during its second problem, the bench keeps the first; the same command then runs the other two.
     Every reply after the first takes 2 s, so the interruption lands mid-problem however loaded the machine is (on
@@ -86,7 +93,7 @@ def _interrupt_then_resume(server, tmp_path):
     suite = _suite(tmp_path / "kb", n_level1=2)
     out, db = tmp_path / "out", tmp_path / "runs.db"
     proc = subprocess.Popen(_bench(server, db, out, suite), env=cli_env(tmp_path), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_terminal_sigint)
     progress = out / "progress.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
