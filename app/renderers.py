@@ -13,6 +13,7 @@ from typing import Any
 
 import streamlit as st
 
+from kforge_core.profiling import kernel_label
 from kforge_core.store import EventKind
 
 from .formatting import fmt_ms, fmt_tokens, fmt_when, fmt_x, run_badge, verdict_badge
@@ -206,8 +207,7 @@ def profile(event: dict, ctx: RenderContext) -> None:
                     f"{fmt_ms(prof.get('per_forward_ms'))} per forward, custom kernels "
                     f"{100 * (prof.get('custom_share') or 0):.0f}% of the time, "
                     f"{_num(prof.get('launches_per_forward'), '{:.3g}')} custom launches per forward")
-        rows = [{"kernel / op": f"{k['op']}: {k.get('name')}" if k.get("op") else k.get("name"),
-                 "custom": bool(k.get("custom")),
+        rows = [{"kernel / op": kernel_label(k), "custom": bool(k.get("custom")),
                  "share %": round(100 * (k.get("share") or 0), 1), "ms / forward": k.get("ms_per_forward"),
                  "calls / forward": k.get("calls_per_forward")} for k in prof.get("kernels") or []]
         if rows:

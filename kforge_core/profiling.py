@@ -22,6 +22,13 @@ def _is_custom(key: str, custom_names) -> bool:
     return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", key) for n in custom_names)
 
 
+def kernel_label(row: dict, width: int | None = None) -> str:
+    """A profile row as people read it: the op that launched the kernel, then the kernel's name (clipped to `width`
+    after an op)."""
+    name = row.get("name") or ""
+    return f"{row['op']} ({name[:width]})" if row.get("op") else name
+
+
 def _device_side(ev) -> bool:
     """An activity record of the device itself (kernel, memcpy, memset), not a host op or runtime call."""
     kind = getattr(ev, "device_type", None)
@@ -73,8 +80,7 @@ def summarize_torch_profile(prof, trials: int, tool: str, device: str, top: int 
     notes = []
     non_custom = [r for r in rows[:5] if not r["custom"] and r["share"] > 0.1]
     for r in non_custom:
-        who = f"{r['op']} ({r['name'][:80]})" if r.get("op") else r["name"]
-        notes.append(f"{who} (not a custom kernel) takes {100 * r['share']:.0f}% of the time")
+        notes.append(f"{kernel_label(r, 80)} (not a custom kernel) takes {100 * r['share']:.0f}% of the time")
     return {"tool": tool, "device": device, "per_forward_ms": total, "kernels": rows[:top],
             "custom_share": custom_ms / total, "launches_per_forward": sum(r["calls_per_forward"] for r in rows
                                                                            if r["custom"]), "notes": notes}

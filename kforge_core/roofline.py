@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from .ceilings import for_platform
 
+# Below this share of the floor a time is a measurement bug (or work hidden from the timer/profiler), not a fast kernel.
+_FLOOR_SHARE = 0.5
+
 
 def _low_precision(tensors) -> bool:
     import torch
@@ -56,14 +59,11 @@ def roofline(ref_model, inputs, candidate_ms: float, platform) -> dict:
            "compute_floor_ms": t_flop, "floor_ms": floor_ms,
            "bound": None if not floors else ("memory" if (t_mem or 0) >= (t_flop or 0) else "compute"),
            "pct_of_roofline": (100 * floor_ms / candidate_ms) if floor_ms and candidate_ms else None}
-    if floor_ms and candidate_ms < 0.5 * floor_ms:
+    if floor_ms and candidate_ms < _FLOOR_SHARE * floor_ms:
         out["suspicious"] = (f"candidate ({candidate_ms:.3g} ms) beats the hardware floor ({floor_ms:.3g} ms at the "
                              f"measured ceilings) by over 2x: treat this speedup as a measurement bug until proven")
     return out
 
-
-# Below this share of the floor a device time is a profiler artefact (or work hidden from it), not a fast kernel.
-_DEVICE_FLOOR_SHARE = 0.5
 
 
 def with_device_time(roof: dict, device_ms: float | None, cache_bytes: int | None) -> dict:
@@ -80,7 +80,7 @@ def with_device_time(roof: dict, device_ms: float | None, cache_bytes: int | Non
     if cache_bytes and (roof.get("bytes") or 0) < 2 * cache_bytes:
         out["device_note"] = (f"no device-time share: the problem moves {roof.get('bytes') or 0:,} bytes, under twice "
                               f"the device cache ({cache_bytes:,} bytes), and the profiler runs it warm")
-    elif device_ms < _DEVICE_FLOOR_SHARE * floor:
+    elif device_ms < _FLOOR_SHARE * floor:
         out["device_note"] = (f"no device-time share: the profiled kernels ({device_ms:.3g} ms per forward) beat the "
                               f"floor ({floor:.3g} ms) by over 2x, so the profile missed work (side streams?)")
     else:

@@ -77,8 +77,7 @@ def _terminal_sigint() -> None:
 
 def test_bench_resumes_after_interruption(tmp_path):
     """Interrupted during its second problem, the bench keeps the first; the same command then runs the other two.
-    Every reply after the first takes 2 s, so the interruption lands mid-problem however loaded the machine is (on
-    a busy CI box the bench once finished all three problems between two polls)."""
+    Every reply after the first takes 2 s, so the interruption lands mid-problem however fast the problems run."""
     served = []
 
     def program_reply(request):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import KForgeError
 from ..platform import REPO_ROOT
+from ..profiling import kernel_label
 from ..rules import RULES
 from .base import AnalysisRequest, Feedback, GenerationRequest, Recommendation
 
@@ -201,8 +202,7 @@ def format_profile(profile: dict | None) -> str:
     lines.append(", ".join(head))
     for k in profile.get("kernels") or []:
         tag = " (custom)" if k.get("custom") else ""
-        who = f"{k['op']} ({k.get('name')})" if k.get("op") else k.get("name")
-        lines.append(f"- {who}{tag}: {k.get('ms_per_forward', 0):.4g} ms per forward, "
+        lines.append(f"- {kernel_label(k)}{tag}: {k.get('ms_per_forward', 0):.4g} ms per forward, "
                      f"{100 * (k.get('share') or 0):.0f}% of the time, {k.get('calls_per_forward', 0):.3g} calls")
     for note in profile.get("notes") or []:
         lines.append(f"- note: {note}")

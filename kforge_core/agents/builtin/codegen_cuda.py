@@ -351,7 +351,7 @@ class CudaBackend(Backend):
         caches = {k.name: row_cache(k, sched) for k in plan.kernels}  # each kernel's text and launch share it
         copies = [CUDA_ROWCOPY.strip()] if any(c.copy for c in caches.values()) else []
         kernels = [cuda_kernel(k, sched, caches[k.name]) for k in plan.kernels]
-        keeps = [CUDA_L2_KEEP.strip()] if any(s.reused for k in plan.kernels for s in k.slots) else []
+        keeps = [CUDA_L2_KEEP.strip()] if any("kf_keep_" in k for k in kernels) else []  # vector loads only
         src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + keeps + kernels)
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
                 "kf_props = torch.cuda.get_device_properties(torch.cuda.current_device())",
