@@ -125,13 +125,17 @@ def _offset_source(kind: str) -> str:
 @pytest.mark.parametrize("kind", sorted(_OFFSET_ROWS))
 def test_streamed_variance_correct_far_from_zero(kind, tmp_path):
     """Rows too long for the register cache (65536) take the streaming path, where a variance is summed in its mean's
-    pass as E[x^2] - E[x]^2 in double. Inputs whose mean is hundreds of standard deviations from zero (where a float
-    version of that formula would lose every digit) are still judged correct."""
+    pass as E[x^2] - E[x]^2 in double (GroupNorm: the pipelined statistics tasks, the same way). Inputs whose mean is
+    hundreds of standard deviations from zero (where a float version of that formula would lose every digit) are
+    still judged correct."""
     path = tmp_path / f"offset_{kind}.py"
     path.write_text(_offset_source(kind))
     res = _synthesize_optimized(path.read_text(), kind)
-    assert "kf_q_" in res.program, "the streaming path should fold the variance into the mean's pass"
+    assert _VARIANCE_PATH[kind] in res.program, "the variance should be summed in its mean's pass"
     _assert_correct(path, res.program)
+
+
+_VARIANCE_PATH = {"groupnorm": "sq += ", "layernorm": "kf_q_", "standardize": "kf_q_"}
 
 
 def test_streamed_variance_keeps_nan_where_pytorch_has_it(tmp_path):
@@ -139,7 +143,7 @@ def test_streamed_variance_keeps_nan_where_pytorch_has_it(tmp_path):
     (E[x^2] - E[x]^2 = inf - inf) must not be clamped to 0 there. Run in-process: the evaluator never passes NaN."""
     source = _offset_source("groupnorm")
     res = _synthesize_optimized(source, "groupnorm_inf")
-    assert "kf_q_" in res.program
+    assert "kf_part" in res.program, "GroupNorm's statistics should be pipelined into its elementwise kernel"
     problem_ns: dict = {}
     exec(compile(source, "problem.py", "exec"), problem_ns)  # noqa: S102 - the test's own source
     cand_ns: dict = {"__name__": "candidate"}
@@ -245,3 +249,34 @@ def test_l2_keep_loads_correct_on_cuda(kind, tmp_path):
     """Operands other rows read again, loaded with an L2 evict-last policy, judged by the evaluator."""
     expr, inputs = _KEEP[kind]
     _judge(tmp_path, kind, "x, y", expr, inputs, r"kf_keep_(f4|u2)\(reinterpret_cast<const (float4|uint2)\*>\(p\d\)")
+
+
+_PIPELINED = {
+    # 49-element rows, groups of 147: the scalar statistics and elementwise paths, one statistics chunk a group
+    "odd_rows": ("nn.GroupNorm(4, 12)", "torch.nn.functional.silu(self.m(x))", "torch.randn(3, 12, 7, 7)", True),
+    # no affine parameters; 10000-element rows in two chunks, groups of 20000 in three (the last partial)
+    "no_affine_partial_chunks": ("nn.GroupNorm(32, 64, affine=False)", "torch.relu(self.m(x)) * 0.5",
+                                 "torch.randn(2, 64, 100, 100)", True),
+    # 128 groups of 256 KiB: more than a quarter of an H100's L2, so statistics run a bounded number of groups ahead
+    "statistics_ahead": ("nn.GroupNorm(16, 64)", "torch.sigmoid(self.m(x))", "2.0 + torch.randn(8, 64, 128, 128)",
+                         True),
+    # a channels-last input is read through strides, not as dense groups: the two kernels stay
+    "channels_last": ("nn.GroupNorm(8, 32)", "self.m(x) + 1.0",
+                      "torch.randn(4, 32, 40, 40).to(memory_format=torch.channels_last)", False),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_PIPELINED))
+def test_pipelined_group_norm_correct_on_cuda(kind, tmp_path):
+    """GroupNorm's statistics computed in its elementwise kernel (statistics tasks ticketed ahead of the elementwise
+    tasks that wait for them), judged by the evaluator on awkward shapes; a layout it does not take keeps the
+    statistics kernel."""
+    module, expr, inputs, pipelined = _PIPELINED[kind]
+    path = tmp_path / f"{kind}.py"
+    path.write_text(f"import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    f"    def __init__(self):\n        super().__init__()\n        self.m = {module}\n\n"
+                    f"    def forward(self, x):\n        return {expr}\n\n\n"
+                    f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
+    res = _synthesize_optimized(path.read_text(), kind)
+    assert ("kf_part" in res.program) == pipelined and res.program.count("__global__") == (1 if pipelined else 2)
+    _assert_correct(path, res.program)

@@ -40,6 +40,10 @@ class Backend:
                 marker: str) -> str:
         raise NotImplementedError
 
+    def refine(self, plan: ProgramPlan, sched: Schedule) -> ProgramPlan:
+        """The plan as this writer's kernels will run it (a writer may fold kernels together); by default as is."""
+        return plan
+
 
 class CppCtypesBackend(Backend):
     kind = "cpp-ctypes"

@@ -11,7 +11,8 @@ holds several operands: `cuda_rowcache`) plus a register cache of the row (read 
 passes; up to 16 elements a thread, 32 with one cached operand of longer rows; bf16/fp16 kept packed, twice as deep
 when all are; a kernel that may run 1024-thread blocks of it, alone on their SM, starts its odd blocks a little late
 so SMs do not read and write in lockstep, and one caching a single operand of dense rows copies each next row into
-shared memory meanwhile on sm_90+: `cuda_rowcopy`); `unroll` adds `#pragma unroll 4` and makes elementwise threads
+shared memory meanwhile on sm_90+: `cuda_rowcopy`; and GroupNorm's statistics folded into its elementwise kernel:
+`cuda_pipeline`, through `refine`); `unroll` adds `#pragma unroll 4` and makes elementwise threads
 load 4 vectors per operand before computing any. A strided operand's row offset comes from the pair (n, s) the host
 works out per layout (`kf_fast`, passed after the strides in meta): (r % n) * s, so a row costs at most one
 division. Blocks are sized to the row at run time: short rows share a block (2-D blocks, one row per y), row kernels
@@ -28,6 +29,7 @@ from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
 from .cuda_emitter import IDENT, CudaEmitter
 from .cuda_launch import UNROLL, batched, cuda_chunk, cuda_launch_lines
+from .cuda_pipeline import pipeline_kernel, pipeline_launch, pipelined
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_L2_KEEP, CUDA_PRELUDE
 from .cuda_rowcache import PACKED, VTYPE, RowCache, row_cache
 from .cuda_rowcopy import CUDA_ROWCOPY, cache_loads, copy_load, copy_setup
@@ -290,13 +292,14 @@ def _cached_loop(e: CudaEmitter, d: int, loop, cache: RowCache) -> None:
     e.w(d, "}")
 
 
-def _cuda_loop(e: CudaEmitter, d: int, loop, lo: str, hi: str, unroll: str | None, batch: bool = False) -> None:
+def _cuda_loop(e: CudaEmitter, d: int, loop, lo: str, hi: str, unroll: str | None, batch: bool = False,
+               depth: int = UNROLL) -> None:
     """A block-stride loop over [lo, hi); with `vectorize`, a 4-element path when the row's pointers allow it.
 
     Reduction passes take the vector path too: one 4-byte load in flight per thread leaves a reduction at about
     half of the measured bandwidth on an H200 (57 % for a row max), 16-byte loads keep enough bytes in flight.
-    With `batch` (elementwise kernels under `unroll`), the vector path loads UNROLL vectors per operand before
-    computing any, so each thread keeps UNROLL loads in flight. Row kernels do not batch: their arrays would add
+    With `batch` (elementwise kernels under `unroll`), the vector path loads `depth` vectors per operand before
+    computing any, so each thread keeps that many loads in flight. Row kernels do not batch: their arrays would add
     to the register row cache's in one kernel capped at 64 registers a thread (1024-thread blocks), and the
     spills cost more than the batching gains (LayerNorm 1.12 -> 3.19 ms on an H200)."""
     cond = e.vec4_ok(loop) if e.sched.vectorize else ""
@@ -304,12 +307,12 @@ def _cuda_loop(e: CudaEmitter, d: int, loop, lo: str, hi: str, unroll: str | Non
         e.w(d, f"if ({cond}) {{")
         if unroll and batch:
             e.w(d + 1, f"for (long long c4b = {lo} / 4 + threadIdx.x; c4b < {hi} / 4; "
-                       f"c4b += {UNROLL} * (long long)blockDim.x) {{")
+                       f"c4b += {depth} * (long long)blockDim.x) {{")
             for si in loop.slots:
-                e.w(d + 2, f"{VTYPE[e.plan.slots[si].ctype]} B{si}[{UNROLL}];")
+                e.w(d + 2, f"{VTYPE[e.plan.slots[si].ctype]} B{si}[{depth}];")
             for part in ("load", "compute"):
                 e.w(d + 2, "#pragma unroll")
-                e.w(d + 2, f"for (int u = 0; u < {UNROLL}; ++u) {{")
+                e.w(d + 2, f"for (int u = 0; u < {depth}; ++u) {{")
                 e.w(d + 3, "const long long c4 = c4b + u * (long long)blockDim.x;")
                 e.w(d + 3, f"if (c4 < {hi} / 4) {{")
                 if part == "load":
@@ -343,6 +346,9 @@ class CudaBackend(Backend):
     fuses_cat = True
     half_dtypes = ("bfloat16", "float16")
 
+    def refine(self, plan, sched):
+        return pipelined(plan, sched)
+
     def program(self, plan, desc, sched, target, header, marker):
         # vectorized programs also take the fast exp (__expf, a few ulp: far inside the fp32 tolerance)
         fast = ["#define KF_FAST_MATH 1"] if sched.vectorize else []
@@ -350,7 +356,8 @@ class CudaBackend(Backend):
         halves += [CUDA_HALF_VEC.strip()] if halves else []
         caches = {k.name: row_cache(k, sched) for k in plan.kernels}  # each kernel's text and launch share it
         copies = [CUDA_ROWCOPY.strip()] if any(c.copy for c in caches.values()) else []
-        kernels = [cuda_kernel(k, sched, caches[k.name]) for k in plan.kernels]
+        kernels = [pipeline_kernel(k, sched, ", ".join(d for d, _ in _cuda_signature(k))) if k.pipeline
+                   else cuda_kernel(k, sched, caches[k.name]) for k in plan.kernels]
         keeps = [CUDA_L2_KEEP.strip()] if any("kf_keep_" in k for k in kernels) else []  # vector loads only
         src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + keeps + kernels)
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
@@ -362,5 +369,5 @@ class CudaBackend(Backend):
         return emit.candidate(plan, desc, header=header, marker=marker,
                               imports=[f"from {target.module} import compile_cuda"], source_name="SOURCE",
                               source_text=src, init_tail=tail,
-                              launch=lambda kp, names: cuda_launch_lines(kp, names, sched, _cuda_signature,
-                                                                         caches[kp.name]))
+                              launch=lambda kp, names: pipeline_launch(kp, names, _cuda_signature) if kp.pipeline
+                              else cuda_launch_lines(kp, names, sched, _cuda_signature, caches[kp.name]))

@@ -53,6 +53,8 @@ def prep_lines(plan: KernelPlan, names: dict) -> tuple[list[str], list[str], dic
         if s.kind == "scalar":
             args[f"scalar:{s.index}"] = f"float({src})"
             continue
+        if s.kind != "tensor":  # computed by the kernel itself
+            continue
         target = f"S[:{nl}]" if s.drop else ("S" if s.piece_w is None else f"S[:-1] + ({s.piece_w},)")
         snl = nl
         lines.append(f"a{s.index}, l{s.index} = kf_prep({src}, {target}, {snl}, {s.inner if not s.drop else 0}, "
@@ -296,7 +298,7 @@ def _live(plan: ProgramPlan) -> set:
     need = set(plan.lowered.output_names)
     for u in plan.units:
         if isinstance(u, KernelPlan):
-            need |= {s.value for s in u.slots}
+            need |= {s.value for s in u.slots if s.kind != "stat"}
     by = {u.name: u for u in plan.units if isinstance(u, Py)}
     stack = list(need)
     live = set()
@@ -310,7 +312,7 @@ def _live(plan: ProgramPlan) -> set:
             stack.extend(u.deps)
         for kp in plan.units:
             if isinstance(kp, KernelPlan) and n in {o.node for o in kp.outputs}:
-                stack.extend(s.value for s in kp.slots)
+                stack.extend(s.value for s in kp.slots if s.kind != "stat")
     return live
 
 

@@ -31,7 +31,8 @@ MOVE_TEXT = {
     "vectorize": "vectorized inner loops (SIMD pragmas, restrict pointers, vectorizable exp/log/tanh/erf; float4 on "
                  "GPUs)",
     "block_shape": "changed the work decomposition (4096-element chunks; per-thread row cache for expensive "
-                   "intermediates in row kernels; block size on GPUs)",
+                   "intermediates in row kernels; block size on GPUs; on CUDA, GroupNorm's statistics computed "
+                   "inside its elementwise kernel, a group ahead of their use)",
     "unroll": "unrolled the inner loops",
     "warp_reduce": "row reductions with warp/simd-group shuffles instead of shared-memory trees",
 }
@@ -174,7 +175,7 @@ class BuiltinGenerationAgent:
                         halves=backend.half_dtypes)
         except CannotEmit as e:
             return GenerationResult(program=None, error=f"cannot synthesize this module: {e}")
-        plan = build_plan(low, fuse=sched.fuse)
+        plan = backend.refine(build_plan(low, fuse=sched.fuse), sched)
         report = share_report(plan)
         self.last_report = report
         if not plan.kernels:

@@ -52,6 +52,7 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
         self.dropped: set[str] = set()
         self.aliases: dict[str, str] = {}  # max(...).values accessor -> the reduction replacing it
         self._syn = 0
+        self.pipelines: list[dict] = []
         self.state_keys = set()
         for cfg in desc.get("configs", [])[:1]:
             self.state_keys = set(cfg.get("state", {}))
@@ -165,7 +166,7 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
             self._call(n)
         return Lowered(self.items, self.values, placeholders, output_code, output_names, self.counted, self.labels,
                        self.kept_reasons, self.desc.get("method", "fx"), self.notes, self.imports,
-                       self._alias_names())
+                       self._alias_names(), self.pipelines)
 
     def _alias_names(self) -> dict:
         names = dict(self.names)

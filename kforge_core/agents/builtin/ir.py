@@ -99,6 +99,9 @@ class Lowered:
     notes: list[str]
     imports: set
     names: dict  # value name -> Python variable name in forward
+    # composites whose statistics a writer may compute inside their consumer kernel (see cuda_pipeline):
+    # {"kind": "group_norm", "x", "mean", "rstd", "mean_rows", "rstd_rows": value names, "per_row", "eps"}
+    pipelines: list = field(default_factory=list)
 
 
 def py_name(name: str) -> str:

@@ -21,7 +21,7 @@ class Slot:
 
     index: int
     value: str  # value name
-    kind: str  # "tensor" | "scalar"
+    kind: str  # "tensor" | "scalar" | "stat" (a per-row statistic the kernel computes itself: cuda_pipeline)
     ctype: str = "float"  # "float" | "bool" | "kf_bf16" | "kf_f16" (16-bit storage, read as float)
     inner: int = 1  # 1: varies along the row (stride 1), 0: one value per row
     mode: str = "rowmajor"  # "rowmajor" | "zero" (same for every row) | "general" (strides from meta)
@@ -70,6 +70,7 @@ class KernelPlan:
     label: str
     shape_slots: list[int]  # tensor slots whose broadcast gives S at run time
     traced_cols: int = 0  # the row length at the traced size (run-time rows may differ; the kernels take any)
+    pipeline: dict | None = None  # its row statistics computed in the same launch (cuda_pipeline.Pipeline)
 
     @property
     def nl(self) -> int:

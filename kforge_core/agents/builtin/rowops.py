@@ -272,7 +272,8 @@ class RowOpLowering:
         (biased variance, two passes); glue views spread those (N, G, 1) statistics to per-channel (N, C, 1, ...)
         tensors, and one elementwise kernel over x applies (x - mean) * (rstd * weight) + bias, so the ops that
         follow (an activation) fuse into it. The big tensor is read by the statistics passes and once more by the
-        elementwise kernel, and written once.
+        elementwise kernel, and written once. The pieces are recorded in `pipelines`: the CUDA writer may fold the
+        statistics into the elementwise kernel (`cuda_pipeline`), which then reads the tensor from memory once.
         """
         S = tuple(xv.shape)
         nd = len(S)
@@ -338,5 +339,8 @@ class RowOpLowering:
         y = pw("mul", [cen, scale], S, nm=None if "bias" in affine else name)
         if "bias" in affine:
             pw("add", [y, chans["bias"]], S, nm=name)
+        self.pipelines.append({"kind": "group_norm", "x": x[1], "mean": mu[1], "rstd": inv[1],
+                               "mean_rows": chans["mean"][1], "rstd_rows": chans["rstd"][1], "per_row": cg,
+                               "eps": eps})
         self.counted[name] = "kernel"
         self.labels[name] = "group_norm"
