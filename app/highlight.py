@@ -15,6 +15,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from kforge_core.pyast import parse_ast
+
 CSS_CLASS = "kf-code"
 PYGMENTS_STYLE = "friendly"
 
@@ -52,7 +54,7 @@ def kernel_sources(program: str) -> list[tuple[str, int, str]]:
     The name is the variable the literal is assigned to (`SOURCE`, `cuda_src`), else "kernel source". A program
     that does not parse yields [] (its compile error is shown elsewhere)."""
     try:
-        tree = ast.parse(program)
+        tree = parse_ast(program)
     except SyntaxError:
         return []
     names: dict[int, str] = {}

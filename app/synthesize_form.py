@@ -21,6 +21,7 @@ from kforge_core.errors import ProblemError
 from kforge_core.gallery import list_problems
 from kforge_core.llm import LLMConfig, LLMConfigError, check_endpoint, sniff_image_type
 from kforge_core.problem import Problem, load_problem
+from kforge_core.pyast import parse_ast
 from kforge_core.tolerance import POLICIES
 
 from . import services
@@ -61,7 +62,7 @@ class ProblemChoice:
 def has_cpu_sizes(source: str) -> bool:
     """Whether the module defines a gallery-style `CPU_SIZES` dict (the "cpu" size class), read statically."""
     try:
-        tree = ast.parse(source)
+        tree = parse_ast(source)
     except SyntaxError:
         return False
     for node in tree.body:
@@ -391,7 +392,7 @@ def reference_section() -> tuple[str | None, str | None, str | None]:
         if not code.strip():
             return None, None, None
         try:
-            ast.parse(code)
+            parse_ast(code)
         except SyntaxError as exc:
             return None, None, f"the reference program does not parse: line {exc.lineno}: {exc.msg}"
         return code, ref_target, None

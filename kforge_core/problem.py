@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ProblemError, UsageError
+from .pyast import parse_ast
 
 REQUIRED = {"Model": "class", "get_inputs": "function", "get_init_inputs": "function"}
 
@@ -53,7 +54,7 @@ def parse_problem_source(source: str) -> ast.Module:
     if not source.strip():
         raise ProblemError("the problem is empty: paste a module that defines Model, get_inputs and get_init_inputs")
     try:
-        tree = ast.parse(source)
+        tree = parse_ast(source)
     except SyntaxError as e:
         detail = f"syntax error: {e.msg}"
         if e.text:

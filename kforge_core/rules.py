@@ -12,6 +12,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from .pyast import parse_ast
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -355,7 +357,7 @@ def check_native_source(text: str, first_line: int = 1, allow_inline_asm: bool =
 def check_candidate(source: str, platform_module: str, candidate_api: tuple[str, ...],
                     allow_inline_asm: bool = False) -> list[Violation]:
     """All static violations of a candidate; an empty list means it may run. Syntax errors raise SyntaxError."""
-    tree = ast.parse(source)
+    tree = parse_ast(source)
     checker = _Checker(platform_module, candidate_api)
     checker.visit(tree)
     violations = checker.violations

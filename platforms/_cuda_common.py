@@ -18,6 +18,7 @@ import re
 import statistics
 
 from kforge_core.platform import Platform
+from kforge_core.pyast import parse_ast
 
 
 def cuda_problem() -> str | None:
@@ -54,7 +55,7 @@ def candidate_kernel_names(candidate_text: str) -> set[str]:
     names = set(re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^()]*\)\s*)?void\s+(?:__launch_bounds__\s*"
                            r"\([^()]*\)\s*)?([A-Za-z_]\w*)\s*\(", candidate_text))
     try:
-        tree = ast.parse(candidate_text)
+        tree = parse_ast(candidate_text)
     except SyntaxError:
         return names
     for node in ast.walk(tree):

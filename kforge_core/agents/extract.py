@@ -24,6 +24,8 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from ..pyast import parse_ast
+
 MODEL_CLASSES = ("ModelNew", "NewModel")
 PYTHON_TAGS = frozenset({"python", "py", "python3", "py3", "ipython", "pycon"})
 # Tags of blocks that hold kernel source (never the program itself).
@@ -115,7 +117,7 @@ def _is_python(block: Block) -> bool:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        parse_ast(code)
     except (SyntaxError, ValueError):
         return False
     return True
@@ -158,7 +160,7 @@ def _bind_kernel_blocks(code: str, kernel_blocks: list[Block]) -> tuple[str, str
     if not kernel_blocks:
         return code, "", None
     try:
-        tree = ast.parse(code)
+        tree = parse_ast(code)
     except (SyntaxError, ValueError):
         return code, "", None  # the evaluator will report the syntax error with its line
     free = _free_names(tree)

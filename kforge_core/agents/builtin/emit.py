@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .graph import Py, py_name
 from .host_helpers import HELPERS
 from .plans import KernelPlan, ProgramPlan
+from ...pyast import parse_ast
 
 _MODE = {"rowmajor": 0, "zero": 1, "general": 2}
 
@@ -110,7 +111,7 @@ def _safe_ctor(text: str | None) -> bool:
     if not text or not _CTOR_OK.match(text):
         return False
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = parse_ast(text, mode="eval")
     except SyntaxError:
         return False
     node = tree.body
@@ -273,7 +274,7 @@ def _pack(items: list[str]) -> str:
 def _assigned(lines: list[str]) -> list[str]:
     """Names the top-level statements of `lines` assign, in order."""
     found: list[str] = []
-    for node in ast.parse("\n".join(lines)).body:
+    for node in parse_ast("\n".join(lines)).body:
         for target in node.targets if isinstance(node, ast.Assign) else ():
             for n in (target.elts if isinstance(target, ast.Tuple) else [target]):
                 if isinstance(n, ast.Name) and n.id not in found:
