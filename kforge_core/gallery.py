@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Union
 
-from .pyast import parse_ast
-
 __all__ = [
     "GALLERY_DIR",
     "SIZE_CLASSES",
@@ -103,7 +101,7 @@ def _title_from_stem(stem: str) -> str:
 
 def _docstring_first_line(path: Path) -> str:
     try:
-        tree = parse_ast(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError:
         return ""
     doc = ast.get_docstring(tree) or ""
@@ -209,7 +207,7 @@ def _resolve_path(src: Union[PathLike, GalleryProblem]) -> Path:
 
 def _static_cpu_sizes(path: Path) -> dict[str, Any] | None:
     """``CPU_SIZES`` read from the file without executing it (must be a literal dict)."""
-    tree = parse_ast(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found = None
     for node in tree.body:
         targets: list[ast.expr] = []

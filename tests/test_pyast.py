@@ -11,13 +11,15 @@ from pathlib import Path
 from kforge_core.pyast import parse_ast
 
 ROOT = Path(__file__).resolve().parents[1]
+# modules that import nothing from kforge_core by design (test_gallery checks it), so they parse on their own
+STANDALONE = {"kforge_core/gallery.py"}
 
 
 def test_no_module_calls_ast_parse_directly():
     offenders = []
     for folder in ("kforge_core", "app", "pages", "platforms", "bench"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if path.name == "pyast.py":
+            if path.name == "pyast.py" or path.relative_to(ROOT).as_posix() in STANDALONE:
                 continue
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 if re.search(r"\bast\.parse\(", line):
