@@ -29,7 +29,7 @@ from .backends import Backend
 from .codegen_cpu import signature as cpu_signature
 from .cuda_emitter import IDENT, CudaEmitter
 from .cuda_launch import UNROLL, batched, cuda_chunk, cuda_launch_lines
-from .cuda_pipeline import pipeline_kernel, pipeline_launch, pipelined
+from .cuda_pipeline import CUDA_PIPE, pipeline_kernel, pipelined
 from .cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_L2_KEEP, CUDA_PRELUDE
 from .cuda_rowcache import PACKED, VTYPE, RowCache, row_cache
 from .cuda_rowcopy import CUDA_ROWCOPY, cache_loads, copy_load, copy_setup
@@ -52,8 +52,10 @@ def _cuda_signature(plan: KernelPlan) -> list[tuple[str, str]]:
 
 def cuda_kernel(plan: KernelPlan, sched: Schedule, cache: RowCache) -> str:
     """The kernel's text; `cache` is `row_cache(plan, sched)`, which its launch reads too."""
-    e = CudaEmitter(plan, sched)
     params = ", ".join(d for d, _ in _cuda_signature(plan))
+    if plan.pipeline:
+        return pipeline_kernel(plan, sched, params, _cuda_loop)
+    e = CudaEmitter(plan, sched)
     prog = row_program(plan, cache_rows=False)
     unroll = "#pragma unroll 4" if sched.unroll else None
     e.w(0, f"// {plan.label}")
@@ -356,10 +358,10 @@ class CudaBackend(Backend):
         halves += [CUDA_HALF_VEC.strip()] if halves else []
         caches = {k.name: row_cache(k, sched) for k in plan.kernels}  # each kernel's text and launch share it
         copies = [CUDA_ROWCOPY.strip()] if any(c.copy for c in caches.values()) else []
-        kernels = [pipeline_kernel(k, sched, ", ".join(d for d, _ in _cuda_signature(k))) if k.pipeline
-                   else cuda_kernel(k, sched, caches[k.name]) for k in plan.kernels]
+        kernels = [cuda_kernel(k, sched, caches[k.name]) for k in plan.kernels]
         keeps = [CUDA_L2_KEEP.strip()] if any("kf_keep_" in k for k in kernels) else []  # vector loads only
-        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + keeps + kernels)
+        pipes = [CUDA_PIPE.strip()] if any(k.pipeline for k in plan.kernels) else []
+        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + keeps + pipes + kernels)
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
                 "kf_props = torch.cuda.get_device_properties(torch.cuda.current_device())",
                 "self.kf_sms = kf_props.multi_processor_count"]
@@ -369,5 +371,5 @@ class CudaBackend(Backend):
         return emit.candidate(plan, desc, header=header, marker=marker,
                               imports=[f"from {target.module} import compile_cuda"], source_name="SOURCE",
                               source_text=src, init_tail=tail,
-                              launch=lambda kp, names: pipeline_launch(kp, names, _cuda_signature) if kp.pipeline
-                              else cuda_launch_lines(kp, names, sched, _cuda_signature, caches[kp.name]))
+                              launch=lambda kp, names: cuda_launch_lines(kp, names, sched, _cuda_signature,
+                                                                         caches[kp.name]))

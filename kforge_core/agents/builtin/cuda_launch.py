@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import emit
 from .cuda_rowcache import RowCache
+from .cuda_pipeline import pipeline_launch
 from .cuda_rowcopy import ELEM_BYTES
 from .plans import KernelPlan
 from .schedule import Schedule
@@ -41,6 +42,8 @@ UNROLL = 4  # vectors loaded per operand, back to back, before any is used (the 
 def cuda_launch_lines(plan: KernelPlan, names: dict, sched: Schedule, signature, cache: RowCache) -> emit.Launch:
     """`signature(plan)`: the kernel's [(declaration, role)], in parameter order; `cache`: the kernel's
     `row_cache`, as its text was written with."""
+    if plan.pipeline:
+        return pipeline_launch(plan, names, signature)
     lines, outs, args = emit.prep_lines(plan, names)
     call = [args[role] for _, role in signature(plan)]
     threads = cuda_threads(plan, sched, cache)

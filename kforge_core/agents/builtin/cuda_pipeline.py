@@ -46,6 +46,32 @@ CHUNK = 16384  # elements per task, statistics and elementwise alike: DEPTH floa
 DEPTH = 4  # float4 loads a thread keeps in flight
 AHEAD = (3, 2)  # statistics run 3/2 windows of concurrent tasks ahead of their elementwise tasks
 
+# device helpers every pipelined kernel of a program shares (the writer adds them once)
+CUDA_PIPE = r"""
+// ticket t of a pipelined kernel: a statistics task (chunk j of group g; returns true) or an elementwise one (task j
+// of group g). Order: statistics of groups [0, D); then per group b, statistics of group b + D and the elementwise
+// tasks of b (nc statistics and A elementwise tasks a group, nb = groups - D)
+__device__ __forceinline__ bool kf_pipe_task(int t, int nc, int A, int D, int nb, int* g, int* j) {
+    const int P = D * nc, W = A + nc;
+    if (t < P) { *g = t / nc; *j = t - *g * nc; return true; }
+    if (t - P < nb * W) {
+        const int u = t - P, b = u / W, i = u - b * W;
+        *g = i < nc ? b + D : b; *j = i < nc ? i : i - nc;
+        return i < nc;
+    }
+    const int v = t - P - nb * W;
+    *g = nb + v / A; *j = v - (*g - nb) * A;
+    return false;
+}
+// warp-wide sums of a pair of doubles (every lane gets them)
+__device__ __forceinline__ void kf_warp_sum2_d(double& a, double& b) {
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+}
+"""
+
 
 def pipelined(pp: ProgramPlan, sched: Schedule) -> ProgramPlan:
     """The plan with each recorded GroupNorm's statistics kernel folded into its elementwise kernel, where the
@@ -118,35 +144,20 @@ class _PipeEmitter(CudaEmitter):
         return super().vstore(j, idx, value)
 
 
-EXTRA_PARAMS = ("double* __restrict__ kf_part, int* __restrict__ kf_cnt, long long kf_per, long long kf_nc, "
+_EXTRA_PARAMS = ("double* __restrict__ kf_part, int* __restrict__ kf_cnt, long long kf_per, long long kf_nc, "
                 "long long kf_ahead")
 
 
-def pipeline_kernel(plan: KernelPlan, sched: Schedule, params: str) -> str:
-    """The folded kernel's text; `params`: the elementwise kernel's own parameter list."""
-    from .codegen_cuda import _cuda_loop  # the elementwise body, written as the unpipelined kernel writes it
-
+def pipeline_kernel(plan: KernelPlan, sched: Schedule, params: str, loop_writer) -> str:
+    """The folded kernel's text (it calls CUDA_PIPE's helpers); `params`: the elementwise kernel's own parameter
+    list; `loop_writer`: the CUDA writer's `_cuda_loop`, so the elementwise body is written as unpipelined."""
     pipe = plan.pipeline
     e = _PipeEmitter(plan, sched)
     xi, eps = pipe["x"], pipe["eps"]
     w = e.w
     w(0, f"// {plan.label}")
-    w(0, "// ticket t: a statistics task (chunk j of group g) or an elementwise one (task j of group g). Order: statistics")
-    w(0, "// of groups [0, D); then per group b, statistics of group b + D and the elementwise tasks of b")
-    w(0, f"__device__ __forceinline__ bool {plan.name}_task(int t, int nc, int A, int D, int nb, int* g, int* j) {{")
-    w(1, "const int P = D * nc, W = A + nc;")
-    w(1, "if (t < P) { *g = t / nc; *j = t - *g * nc; return true; }")
-    w(1, "if (t - P < nb * W) {")
-    w(2, "const int u = t - P, b = u / W, i = u - b * W;")
-    w(2, "*g = i < nc ? b + D : b; *j = i < nc ? i : i - nc;")
-    w(2, "return i < nc;")
-    w(1, "}")
-    w(1, "const int v = t - P - nb * W;")
-    w(1, "*g = nb + v / A; *j = v - (*g - nb) * A;")
-    w(1, "return false;")
-    w(0, "}")
     w(0, f'extern "C" __global__ void __launch_bounds__({THREADS}, {BLOCKS}) {plan.name}({params}, '
-         f'{EXTRA_PARAMS}) {{')
+         f'{_EXTRA_PARAMS}) {{')
     w(1, "__shared__ int kf_tk[2];")
     w(1, "__shared__ double kf_red[64];")
     w(1, "__shared__ float kf_st[2];")
@@ -167,7 +178,7 @@ def pipeline_kernel(plan: KernelPlan, sched: Schedule, params: str) -> str:
     w(2, "if (t >= total) break;")
     w(2, "if (threadIdx.x == 0) kf_tk[kf_slot ^ 1] = atomicAdd(kf_cnt, 1);  // the next ticket, fetched meanwhile")
     w(2, "int g, j;")
-    w(2, f"if ({plan.name}_task(t, nc, A, D, nb, &g, &j)) {{")
+    w(2, "if (kf_pipe_task(t, nc, A, D, nb, &g, &j)) {")
     w(3, f"const float* px = a{xi} + g * gcols;")
     w(3, "const long long lo = j * CH, hi = min(gcols, lo + CH);")
     w(3, "// sums of x - k, k the group's first element: var = E[(x-k)^2] - E[x-k]^2 keeps its digits when the mean")
@@ -201,20 +212,14 @@ def pipeline_kernel(plan: KernelPlan, sched: Schedule, params: str) -> str:
     w(5, "su += v; sq += v * v;")
     w(4, "}")
     w(3, "}")
-    w(3, "for (int o = 16; o > 0; o >>= 1) {")
-    w(4, "su += __shfl_xor_sync(0xffffffffu, su, o);")
-    w(4, "sq += __shfl_xor_sync(0xffffffffu, sq, o);")
-    w(3, "}")
+    w(3, "kf_warp_sum2_d(su, sq);")
     w(3, "if ((threadIdx.x & 31) == 0) { kf_red[threadIdx.x >> 5] = su; kf_red[32 + (threadIdx.x >> 5)] = sq; }")
     w(3, "__syncthreads();")
     w(3, "if (threadIdx.x < 32) {")
     w(4, "const int nw = blockDim.x >> 5;")
     w(4, "su = threadIdx.x < nw ? kf_red[threadIdx.x] : 0.0;")
     w(4, "sq = threadIdx.x < nw ? kf_red[32 + threadIdx.x] : 0.0;")
-    w(4, "for (int o = 16; o > 0; o >>= 1) {")
-    w(5, "su += __shfl_xor_sync(0xffffffffu, su, o);")
-    w(5, "sq += __shfl_xor_sync(0xffffffffu, sq, o);")
-    w(4, "}")
+    w(4, "kf_warp_sum2_d(su, sq);")
     w(4, "if (threadIdx.x == 0) {")
     w(5, "kf_part[2 * ((long long)g * nc + j)] = su;")
     w(5, "kf_part[2 * ((long long)g * nc + j) + 1] = sq;")
@@ -238,10 +243,7 @@ def pipeline_kernel(plan: KernelPlan, sched: Schedule, params: str) -> str:
     w(5, "su += __ldcg(kf_part + 2 * ((long long)g * nc + i));")
     w(5, "sq += __ldcg(kf_part + 2 * ((long long)g * nc + i) + 1);")
     w(4, "}")
-    w(4, "for (int o = 16; o > 0; o >>= 1) {")
-    w(5, "su += __shfl_xor_sync(0xffffffffu, su, o);")
-    w(5, "sq += __shfl_xor_sync(0xffffffffu, sq, o);")
-    w(4, "}")
+    w(4, "kf_warp_sum2_d(su, sq);")
     w(4, "if (threadIdx.x == 0) {")
     w(5, "const double m = su / (double)gcols;")
     w(5, f"kf_st[0] = (float)(a{xi}[g * gcols] + m);")
@@ -256,7 +258,7 @@ def pipeline_kernel(plan: KernelPlan, sched: Schedule, params: str) -> str:
     e.row_setup(3)
     e.row_nodes(3, prog.row_nodes_by_pass.get(0, []))
     for loop in prog.loops:
-        _cuda_loop(e, 3, loop, "c0", "c1", "#pragma unroll 4", batch=True, depth=DEPTH)
+        loop_writer(e, 3, loop, "c0", "c1", "#pragma unroll 4", batch=True, depth=DEPTH)
     w(2, "}")
     w(2, "__syncthreads();  // kf_red, kf_st and this ticket slot are free again")
     w(2, "kf_slot ^= 1;")
@@ -276,12 +278,12 @@ def pipeline_launch(plan: KernelPlan, names: dict, signature) -> emit.Launch:
               f"    raise ValueError(f'this synthesized GroupNorm expects a multiple of {per} channel rows, got {{rows}}')",
               f"kf_groups = rows // {per}",
               f"kf_nc = ({per} * cols + {CHUNK - 1}) // {CHUNK}",
+              f"kf_tasks = kf_nc + {per} * ((cols + {CHUNK - 1}) // {CHUNK})  # statistics and elementwise, a group",
               f"grid = self.kf_sms * {BLOCKS}",
               # the blocks work on about `grid` tickets at once: a group's statistics must be done when its
               # elementwise tickets come up, so they are issued more than that many tickets ahead
-              f"kf_ahead = max(1, min(kf_groups, {AHEAD[0]} * grid // ({AHEAD[1]} * (kf_nc + {per} * ((cols + "
-              f"{CHUNK - 1}) // {CHUNK})))))",
-              f"if kf_groups * (kf_nc + {per} * ((cols + {CHUNK - 1}) // {CHUNK})) >= 2 ** 31:",
+              f"kf_ahead = max(1, min(kf_groups, {AHEAD[0]} * grid // ({AHEAD[1]} * kf_tasks)))",
+              "if kf_groups * kf_tasks >= 2 ** 31:",
               "    raise ValueError(f'tensor too large for the pipelined GroupNorm kernel: {rows} x {cols}')"]
     outs += [f"kf_part = torch.empty(2 * kf_groups * kf_nc, dtype=torch.float64, device={first}.device)",
              f"kf_cnt = torch.zeros(1 + kf_groups, dtype=torch.int32, device={first}.device)"]
@@ -290,4 +292,4 @@ def pipeline_launch(plan: KernelPlan, names: dict, signature) -> emit.Launch:
     return emit.Launch(lines, outs, ["if rows and cols:", "    " + call_line])
 
 
-__all__ = ["pipelined", "pipeline_kernel", "pipeline_launch", "EXTRA_PARAMS"]
+__all__ = ["CUDA_PIPE", "pipelined", "pipeline_kernel", "pipeline_launch"]
