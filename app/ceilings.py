@@ -1,4 +1,4 @@
-"""Measured hardware ceilings for the Settings page: read from `kforge_core.ceilings`' cache (torch-free), measured
+"""Measured hardware ceilings for the Settings page: read from `kforge_core.eval.ceilings`' cache (torch-free), measured
 in a child process ("Measure now" runs `measure_in_this_process` through `app.child`).
 """
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from kforge_core.ceilings import cache_path, cached  # noqa: F401 - re-exported for the Settings page
+from kforge_core.eval.ceilings import cache_path, cached
 
 MEASURE_TIMEOUT_S = 600
 
@@ -24,7 +24,7 @@ def measure(target: str) -> tuple[bool, str]:
 
 def measure_in_this_process(target: str) -> dict:
     """Measure again and replace the cached entry (runs in the child: imports torch)."""
-    from kforge_core import ceilings as cache
+    from kforge_core.eval import ceilings as cache
     from kforge_core.platform import get_platform
 
     platform = get_platform(target, require_available=True)

@@ -64,7 +64,7 @@ def loop_module() -> ModuleType | None:
     try:
         return importlib.import_module("kforge_core.loop")
     except ModuleNotFoundError as exc:
-        if exc.name in ("kforge_core.loop", "kforge_core.worker"):
+        if exc.name in ("kforge_core.loop", "kforge_core.loop.worker"):
             return None
         raise
 

@@ -22,7 +22,7 @@ from kforge_core.gallery import list_problems
 from kforge_core.llm import LLMConfig, LLMConfigError, check_endpoint, sniff_image_type
 from kforge_core.problem import Problem, load_problem
 from kforge_core.pyast import parse_ast
-from kforge_core.tolerance import POLICIES
+from kforge_core.eval.tolerance import POLICIES
 
 from . import services
 from .highlight import to_html

@@ -29,9 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kforge_core.agents.base import AnalysisRequest, Feedback, GenerationRequest  # noqa: E402
-from kforge_core.agents.builtin import BuiltinAnalysisAgent, BuiltinGenerationAgent  # noqa: E402
-from kforge_core.agents.builtin.schedule import read_marker  # noqa: E402
-from kforge_core.evaluator import EvalOptions, evaluate  # noqa: E402
+from kforge_core.agents.builtin_analysis import BuiltinAnalysisAgent
+from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
+from kforge_core.synth.schedule import read_marker
+from kforge_core.eval.evaluator import EvalOptions, evaluate
 from kforge_core.gallery import list_problems  # noqa: E402
 from kforge_core.platform import get_platform  # noqa: E402
 from kforge_core.problem import load_problem  # noqa: E402
@@ -120,8 +121,8 @@ def run_problem(gp, platform, gen, ana, args) -> dict:
 
 
 def full_schedule(platform):
-    from kforge_core.agents.builtin import Schedule
-    from kforge_core.agents.builtin.schedule import order_for
+    from kforge_core.synth.schedule import Schedule
+    from kforge_core.synth.schedule import order_for
 
     full = Schedule()
     for move in order_for(platform.device_type):
@@ -181,7 +182,7 @@ def _fill_final(row: dict, final, program: str) -> None:
 
 def check_problem(gp, platform, gen, args) -> dict:
     """--check: correctness only (no timing) of the first candidate and of the one with every move applied."""
-    from kforge_core.agents.builtin import Schedule
+    from kforge_core.synth.schedule import Schedule
 
     problem = load_problem(gp.path)
     opts = EvalOptions(size_class=args.size_class, timing=False, timeout_s=args.timeout_s,

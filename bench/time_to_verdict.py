@@ -4,7 +4,7 @@
     python bench/time_to_verdict.py --target cpu [--runs 5] [--cli]
 
 Each variant runs `--runs` times; the table prints median/min/max wall seconds and ratios measured side by side in
-this one run. By default the evaluations are made through the library (`kforge_core.evaluator.evaluate`, as the loop
+this one run. By default the evaluations are made through the library (`kforge_core.eval.evaluator.evaluate`, as the loop
 and the app do); `--cli` times `python -m kforge_core evaluate ... --json` processes instead (adds the CLI's own
 start-up). Cold builds are made cold by a unique comment inside the kernel source (a new hash), so torch.compile's cache
 stays warm for every variant and only the candidate's build differs.
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kforge_core.evaluator import EvalOptions, evaluate  # noqa: E402
+from kforge_core.eval.evaluator import EvalOptions, evaluate
 from kforge_core.platform import get_platform  # noqa: E402
 from kforge_core.problem import load_problem  # noqa: E402
 

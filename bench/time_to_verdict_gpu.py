@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kforge_core.evaluator import EvalOptions, evaluate  # noqa: E402
+from kforge_core.eval.evaluator import EvalOptions, evaluate
 from kforge_core.platform import get_platform  # noqa: E402
 from kforge_core.problem import load_problem  # noqa: E402
 
@@ -71,14 +71,14 @@ import cProfile, os, sys
 prof = cProfile.Profile()
 real_exit = os._exit
 def _exit(code):
-    from kforge_core.harness import guards
+    from kforge_core.eval.harness import guards
     with guards.trusted():  # switching the profiler off is audited (sys.setprofile)
         prof.disable()
         prof.dump_stats(sys.argv[1])
     real_exit(code)
 os._exit = _exit
 prof.enable()
-from kforge_core.harness import child
+from kforge_core.eval.harness import child
 child.main()
 """
 
@@ -89,7 +89,7 @@ def _breakdown(problem_path: Path, source: str, target: str, out: str | None, ba
     import pstats
     import tempfile
 
-    from kforge_core.sandbox import child_environment
+    from kforge_core.eval.sandbox import child_environment
 
     workdir = Path(tempfile.mkdtemp(prefix="kforge-breakdown-"))
     (workdir / "problem.py").write_text(problem_path.read_text())

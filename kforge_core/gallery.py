@@ -257,7 +257,7 @@ def declared_cpu_sizes(module_or_globals: Union[types.ModuleType, Mapping[str, A
     """The ``CPU_SIZES`` a loaded problem (a module, or its globals) declares, unchecked; None when it has none.
 
     The one reading of it: ``size_overrides`` here checks it on top, and the evaluation harness
-    (``kforge_core.harness.loading.size_overrides``) applies it as it is.
+    (``kforge_core.eval.harness.loading.size_overrides``) applies it as it is.
     """
     if isinstance(module_or_globals, Mapping):
         return module_or_globals.get(CPU_SIZES_NAME)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import threading
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -148,6 +149,7 @@ class Platform:
 
 _registry: dict[str, Platform] = {}
 _discovered = False
+_discovery_lock = threading.Lock()
 
 
 def register_platform(platform: Platform) -> Platform:
@@ -171,16 +173,19 @@ def discover() -> None:
     global _discovered
     if _discovered:
         return
-    _discovered = True
-    import platforms as builtin
+    with _discovery_lock:  # threads asking at once wait for one complete discovery, never see a partial registry
+        if _discovered:
+            return
+        import platforms as builtin
 
-    for info in pkgutil.iter_modules(builtin.__path__):
-        if not info.name.startswith("_") and info.name != "examples":
-            _register_module(f"{builtin.__name__}.{info.name}")
-    for ep in metadata.entry_points(group="kforge.platforms"):
-        _register_module(ep.module)
-    for name in filter(None, (s.strip() for s in os.environ.get("KFORGE_PLATFORMS", "").split(","))):
-        _register_module(name)
+        for info in pkgutil.iter_modules(builtin.__path__):
+            if not info.name.startswith("_") and info.name != "examples":
+                _register_module(f"{builtin.__name__}.{info.name}")
+        for ep in metadata.entry_points(group="kforge.platforms"):
+            _register_module(ep.module)
+        for name in filter(None, (s.strip() for s in os.environ.get("KFORGE_PLATFORMS", "").split(","))):
+            _register_module(name)
+        _discovered = True
 
 
 def all_platforms() -> dict[str, Platform]:

@@ -109,6 +109,6 @@ def load_problem(path: str | Path | None = None, text: str | None = None, name: 
 def validate_problem(problem: Problem, target: str = "cpu", timeout_s: float = 120.0,
                      size_class: str | None = None) -> ProblemReport:
     """Run the reference in a child process. Raises ProblemError for unusable problems."""
-    from .evaluator import run_validation
+    from .eval.evaluator import run_validation
 
     return run_validation(problem, target, timeout_s=timeout_s, size_class=size_class)

@@ -8,8 +8,8 @@ import streamlit as st
 from app import ceilings, services
 from app.synthesize_form import AgentChoice, show_endpoint_check
 from kforge_core.llm import LLMConfigError, settings_path
-from kforge_core.rules import rules_markdown
-from kforge_core.tolerance import POLICIES
+from kforge_core.eval.rules import rules_markdown
+from kforge_core.eval.tolerance import POLICIES
 
 st.title("Settings")
 path = settings_path()

@@ -2,7 +2,7 @@
 
 The C signatures are read from the source, so a call passes tensors and Python numbers directly and gets a clear
 error for a wrong dtype, a non-contiguous or non-CPU tensor, or a wrong argument count — instead of a segfault.
-Every call is counted (`kforge_core.harness.launches`) and, while a profile is being taken, shows up in
+Every call is counted (`kforge_core.eval.harness.launches`) and, while a profile is being taken, shows up in
 torch.profiler as `kforge::<function>`.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kforge_core.harness import launches
+from kforge_core.eval.harness import launches
 
 _POINTER_DTYPES = {
     "float": (torch.float32,), "double": (torch.float64,), "int": (torch.int32,), "int32_t": (torch.int32,),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kforge_core.build_cache import cached_build, digest
 from kforge_core.errors import CompileError
-from kforge_core.harness import context, guards, launches, native
+from kforge_core.eval.harness import context, guards, launches, native
 from kforge_core.platform import Availability, Platform
 from kforge_core.source_map import map_diagnostics, source_start_line, summarize_errors
 
@@ -121,7 +121,7 @@ class CpuPlatform(Platform):
         return f"{_cpu_model()} ({os.cpu_count()} cores)"
 
     def prepare_child(self) -> None:
-        from kforge_core.harness import inline_cache
+        from kforge_core.eval.harness import inline_cache
 
         inline_cache.install()
 

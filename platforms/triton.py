@@ -8,7 +8,7 @@ Candidates import `triton` and `triton.language` directly (no helper API). In th
 - turns compilation failures (CompilationError and friends, ptxas errors, kernels needing more shared memory or
   threads than the GPU has) into `compile_error` verdicts whose message names the candidate's own lines.
 Everything else — strict fp32, synchronization, timing, L2 flush, profilers, ceilings — is shared with the CUDA
-target (`platforms._cuda_common`). Note: `tl.dot` on fp32 inputs uses TF32 unless `input_precision="ieee"`; under the
+target (`platforms.cuda._common`). Note: `tl.dot` on fp32 inputs uses TF32 unless `input_precision="ieee"`; under the
 default fp32 tolerance such a kernel is judged incorrect, as TF32 drift should be.
 """
 
@@ -22,7 +22,7 @@ import sys
 from kforge_core.errors import CompileError
 from kforge_core.platform import Availability
 
-from ._cuda_common import GpuPlatform, cuda_problem, gpu_summary
+from .cuda._common import GpuPlatform, cuda_problem, gpu_summary
 
 CANDIDATE_MODULE = "kforge_candidate"
 _COMPILE_ERRORS = ("CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct",
@@ -123,7 +123,7 @@ def install_hooks() -> None:
     import triton
     from triton.runtime.jit import JITFunction
 
-    from kforge_core.harness import guards, launches
+    from kforge_core.eval.harness import guards, launches
 
     _installed = True
     original_run = JITFunction.run

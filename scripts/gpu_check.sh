@@ -32,7 +32,7 @@ for m in ("triton", "cupy"):
 from kforge_core.platform import all_platforms
 for n, p in all_platforms().items():
     print(f"target {n}: {p.availability()}")
-from platforms._cuda_nvrtc import nvrtc_candidates, include_dirs, api
+from platforms.cuda._nvrtc import nvrtc_candidates, include_dirs, api
 a = api(); print("nvrtc", a.nvrtc_path, a.nvrtc_version, "driver", a.driver_version, "archs", a.supported_archs)
 print("include dirs", include_dirs())
 EOF
@@ -52,7 +52,7 @@ inline_report() {  # what CUDA load_inline builds import from libc, and from whe
   echo "== load_inline CUDA builds: denied imports"
   "$PY" - <<'EOF' 2>&1 | tee -a "$OUT/gpu_check.log"
 import glob, os, subprocess
-from kforge_core.harness import native
+from kforge_core.eval.harness import native
 sos = sorted(glob.glob("/tmp/pytest-of-*/pytest-*/kforge-cache*/builds/load_inline/*/*.so") +
              glob.glob(os.environ.get("KFORGE_CACHE_DIR", "/nonexistent") + "/builds/load_inline/*/*.so"))
 for so in sos[:4]:

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kforge_core.agents.builtin.generation import BuiltinGenerationAgent  # noqa: E402
+from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
 from kforge_core.gallery import list_problems  # noqa: E402
 from kforge_core.platform import discover  # noqa: E402
-from kforge_core.agents.builtin.schedule import Schedule, order_for  # noqa: E402
+from kforge_core.synth.schedule import Schedule, order_for
 
 MANIFEST = ROOT / "tests" / "data" / "program_manifest.json"
 TARGETS = (("cpu", "cpu"), ("cuda", "cuda"), ("triton", "cuda"), ("metal", "mps"))

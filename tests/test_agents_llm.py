@@ -12,7 +12,7 @@ from kforge_core.agents.llm_analysis import LLMAnalysisAgent, parse_recommendati
 from kforge_core.agents.llm_generation import LLMGenerationAgent, join_continuation
 from kforge_core.errors import UsageError
 from kforge_core.llm import LLMClient, LLMServerError, LLMStreamError
-from kforge_core.loop_config import RunConfig
+from kforge_core.loop.config import RunConfig
 from tests.fakes.openai_server import (FakeOpenAIServer, empty_choices, image_rejected, rate_limited, reply,
                                        server_error, truncated)
 

@@ -138,7 +138,7 @@ def test_settings_endpoint_check_unreachable(app_env, use_targets):
 
 
 def test_settings_shows_rules_tolerances_and_ceilings(app_env, use_targets):
-    from kforge_core.rules import RULES
+    from kforge_core.eval.rules import RULES
 
     cache = app_env / "cache"
     cache.mkdir()
@@ -160,7 +160,7 @@ def test_settings_shows_rules_tolerances_and_ceilings(app_env, use_targets):
 
 def test_ceilings_cache_path_is_the_cores(app_env):
     from app.ceilings import cache_path
-    from kforge_core.ceilings import cache_path as core_cache_path
+    from kforge_core.eval.ceilings import cache_path as core_cache_path
 
     assert cache_path() == core_cache_path()
 

@@ -1,4 +1,4 @@
-"""The built-in, rule-based agents (kforge_core.agents.builtin): synthesized CPU candidates judged by the real
+"""The built-in, rule-based agents (kforge_core.agents.builtin_generation, builtin_analysis): synthesized CPU candidates judged by the real
 evaluator, the optimization moves, the analysis agent's mapping from profile facts to moves, and clear errors for
 modules it cannot synthesize. Small sizes; correctness runs use EvalOptions(timing=False); the one timed run has a
 tiny budget and asserts only structure, never speed."""
@@ -12,12 +12,15 @@ import pytest
 
 from kforge_core.agents.base import (AnalysisRequest, Feedback, GenerationRequest, GenerationResult,
                                      Recommendation)
-from kforge_core.agents.builtin import BuiltinAnalysisAgent, BuiltinGenerationAgent, Schedule, build_agents
-from kforge_core.agents.builtin.schedule import CATALOGUE, CPU_ORDER, LABEL, MOVE_TITLES, read_marker
-from kforge_core.evaluator import EvalOptions, evaluate
+from kforge_core.agents.builtin_analysis import BuiltinAnalysisAgent
+from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
+from kforge_core.synth.schedule import Schedule
+from kforge_core.agents.factory import build_agents
+from kforge_core.synth.schedule import CATALOGUE, CPU_ORDER, LABEL, MOVE_TITLES, read_marker
+from kforge_core.eval.evaluator import EvalOptions, evaluate
 from kforge_core.platform import get_platform
 from kforge_core.problem import load_problem
-from kforge_core.rules import check_candidate
+from kforge_core.eval.rules import check_candidate
 
 CPU = get_platform("cpu")
 if not CPU.availability().ok:  # pragma: no cover - CI has g++
@@ -237,6 +240,7 @@ def test_labels_say_rule_based_no_llm():
     assert gen.label == ana.label == LABEL == "built-in, rule-based (no LLM)"
 
     class Config:
+        agent = "builtin"
         size_class = "cpu"
 
     g, a = build_agents(Config())
@@ -246,7 +250,7 @@ def test_labels_say_rule_based_no_llm():
 
 def test_the_run_factory_builds_the_builtin_pair():
     factory = pytest.importorskip("kforge_core.agents.factory")
-    loop_config = pytest.importorskip("kforge_core.loop_config")
+    loop_config = pytest.importorskip("kforge_core.loop.config")
     config = loop_config.RunConfig(problem_source=ROWS, problem_name="rows", target="cpu", agent="builtin",
                                    size_class="cpu")
     gen, ana = factory.build_agents(config)
@@ -568,7 +572,7 @@ def test_vectorized_math_matches_torch_over_wide_ranges():
     """The inline exp/log/tanh/erf the `vectorize` move uses, against torch, far beyond randn's range."""
     import torch
 
-    from kforge_core.agents.builtin.codegen_cpu import COMMON_MATH, VECTOR_MATH
+    from kforge_core.synth.backends.cpu import COMMON_MATH, VECTOR_MATH
     from platforms.cpu import compile_cpp
 
     funcs = {"exp": "kf_exp", "log": "kf_log", "tanh": "kf_tanh", "erf": "kf_erf", "log1p": "kf_log1p",
@@ -621,12 +625,12 @@ def test_gpu_candidates_are_well_formed(agent, target):
             marker = read_marker(res.program)
             assert marker["target"] == target
             if target == "cuda":
-                from platforms._cuda_nvrtc import parse_kernels
+                from platforms.cuda._nvrtc import parse_kernels
 
                 src = re.search(r'SOURCE = r"""(.*?)"""', res.program, re.S).group(1)
                 assert {k["name"] for k in marker["kernels"]} <= set(parse_kernels(src))
             elif target == "metal":
-                from platforms._metal_signatures import parse_kernels
+                from platforms.metal._signatures import parse_kernels
 
                 src = re.search(r'SOURCE = r"""(.*?)"""', res.program, re.S).group(1)
                 assert {k["name"] for k in marker["kernels"]} <= set(parse_kernels(src))
@@ -857,8 +861,8 @@ def test_half_conversions_match_torch_exhaustively():
     overflow, subnormal, inf, NaN) round to nearest even as torch's .to() does."""
     import torch
 
-    from kforge_core.agents.builtin.codegen_cpu import HALF_BITS
-    from kforge_core.agents.builtin.exprs import HALF_MATH
+    from kforge_core.synth.backends.cpu import HALF_BITS
+    from kforge_core.synth.backends.cexprs import HALF_MATH
     from platforms.cpu import compile_cpp
 
     src = "#include <cstdint>\n#include <cstring>\n" + HALF_BITS + HALF_MATH.replace("KF_HALF_FN", "static inline")

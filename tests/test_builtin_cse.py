@@ -1,4 +1,4 @@
-"""Duplicate primitives merged after lowering (`agents/builtin/cse.py`): what is merged, what must stay, and a
+"""Duplicate primitives merged after lowering (`kforge_core/synth/lower/cse.py`): what is merged, what must stay, and a
 module with a repeated reduction judged correct on the CPU target by the real evaluator."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ import textwrap
 
 import pytest
 
-from kforge_core.agents.builtin import BuiltinGenerationAgent, Schedule
-from kforge_core.agents.builtin.cse import merge_duplicates
-from kforge_core.agents.builtin.graph import lower
-from kforge_core.agents.builtin.ir import Lowered, Prim, Py, Value
-from kforge_core.evaluator import EvalOptions, evaluate
+from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
+from kforge_core.synth.schedule import Schedule
+from kforge_core.synth.lower.cse import merge_duplicates
+from kforge_core.synth.lower.graph import lower
+from kforge_core.synth.lower.ir import Lowered, Prim, Py, Value
+from kforge_core.eval.evaluator import EvalOptions, evaluate
 from kforge_core.problem import load_problem
 
 # `x.std` computes the row mean again, then `x - mean` again: both are duplicates of the module's own.
@@ -82,7 +83,7 @@ def test_names_read_outside_primitive_operands_stay():
 
 
 def test_standardize_lowers_to_two_reductions():
-    from kforge_core.agents.builtin.trace import trace_problem
+    from kforge_core.synth.trace import trace_problem
 
     low = lower(trace_problem(STANDARDIZE, "cpu", timeout_s=120))
     reds = [it.red["op"] for it in low.items if isinstance(it, Prim) and it.fn == "red"]

@@ -13,7 +13,8 @@ import textwrap
 
 import pytest
 
-from kforge_core.agents.builtin import BuiltinGenerationAgent, Schedule
+from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
+from kforge_core.synth.schedule import Schedule
 
 FULL = Schedule(fuse=True, parallel=True, vectorize=True, block=True, unroll=True, warp_reduce=True)
 

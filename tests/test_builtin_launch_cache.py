@@ -11,7 +11,8 @@ import textwrap
 import pytest
 import torch
 
-from kforge_core.agents.builtin import BuiltinGenerationAgent, Schedule
+from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
+from kforge_core.synth.schedule import Schedule
 from kforge_core.platform import get_platform
 
 if not get_platform("cpu").availability().ok:  # pragma: no cover - CI has g++

@@ -12,8 +12,9 @@ import textwrap
 
 import pytest
 
-from kforge_core.agents.builtin import BuiltinGenerationAgent, Schedule
-from kforge_core.agents.builtin.schedule import read_marker
+from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
+from kforge_core.synth.schedule import Schedule
+from kforge_core.synth.schedule import read_marker
 
 FULL = Schedule(fuse=True, parallel=True, vectorize=True, block=True, unroll=True, warp_reduce=True)
 NO_BLOCK = Schedule(fuse=True, parallel=True, vectorize=True, unroll=True, warp_reduce=True)

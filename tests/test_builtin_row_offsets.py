@@ -12,7 +12,7 @@ from math import prod
 import pytest
 import torch
 
-from kforge_core.agents.builtin.host_helpers import HELPERS
+from kforge_core.synth.backends.host_helpers import HELPERS
 
 
 @pytest.fixture(scope="module")

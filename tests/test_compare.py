@@ -4,9 +4,9 @@ check would, whichever chunk they fall in."""
 import pytest
 import torch
 
-from kforge_core.harness import compare
-from kforge_core.harness.compare import compare_outputs
-from kforge_core.tolerance import get_policy
+from kforge_core.eval.harness import compare
+from kforge_core.eval.harness.compare import compare_outputs
+from kforge_core.eval.tolerance import get_policy
 
 
 @pytest.fixture(params=[1 << 22, 7], ids=["one-chunk", "many-chunks"])

@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from platforms._cuda_launch import CudaKernel
-from platforms._cuda_signatures import parse_kernels
+from platforms.cuda._launch import CudaKernel
+from platforms.cuda._signatures import parse_kernels
 
 SOURCE = ('extern "C" __global__ void k(const float* x, long long n, int m, float s, bool flag, __half h, '
           'unsigned char u) {}')

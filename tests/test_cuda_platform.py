@@ -11,10 +11,10 @@ import torch
 from kforge_core.errors import CompileError
 from kforge_core.platform import get_platform
 from kforge_core.profiling import summarize_torch_profile
-from kforge_core.rules import check_candidate
-from platforms import _cuda_ncu as ncu
-from platforms import _cuda_nvrtc as nv
-from platforms._cuda_common import candidate_kernel_names
+from kforge_core.eval.rules import check_candidate
+from platforms.cuda import _ncu as ncu
+from platforms.cuda import _nvrtc as nv
+from platforms.cuda._common import candidate_kernel_names
 
 HERE = Path(__file__).parent
 CANDIDATES = HERE / "gpu" / "cases"

@@ -316,7 +316,7 @@ def test_python_printing_environ_is_rejected(verdicts):
 
 SECRET_PARENT = r"""
 import json, os, sys
-from kforge_core.sandbox import run_child
+from kforge_core.eval.sandbox import run_child
 out = run_child({}, {}, timeout_s=60, memory_limit_mb=None, limit_address_space=False,
                 module="tests.candidates.sandbox.envdump")
 print(json.dumps({"result": out.result, "log": out.log[-2000:]}))
@@ -440,7 +440,7 @@ def test_planted_module_in_the_working_directory_is_not_imported(monkeypatch, tm
     `import sympy` and its own `import triton` (absent here). Were any of these directories on sys.path, the
     import would run the planted file, which leaves a marker and kills the child. Children start with -P and
     scrub sys.path: no such directory is searched, the kernel is judged correct, and no marker appears."""
-    from kforge_core import evaluator, forkserver, sandbox
+    from kforge_core.eval import evaluator, forkserver, sandbox
 
     monkeypatch.setenv("KFORGE_EVAL_SPAWN", "1" if spawn else "0")
     markers = {name: tmp_path / f"{name}.imported" for name in ("sympy", "triton", "server-triton")}
@@ -470,7 +470,7 @@ def test_planted_module_in_the_working_directory_is_not_imported(monkeypatch, tm
 
 
 def _crash_evals() -> int:
-    from kforge_core import forkserver
+    from kforge_core.eval import forkserver
 
     # 100 segfaulting evaluations take seconds with the fork server; spawning (~1.5 s of `import torch` each on
     # 2 cores) runs 30 to keep CI short

@@ -15,9 +15,9 @@ import pytest
 from kforge_core.agents.base import Usage
 from kforge_core.loop import (CANCELLED_ITERATION_STATUS, LoopState, RunConfig, Synthesis, cancel_run, create_run,
                               execute_run, launch_worker, resume_run, summarize_run)
-from kforge_core.loop_events import RunFinished
+from kforge_core.loop.events import RunFinished
 from kforge_core.store import open_store
-from kforge_core.verdict import Timing, Verdict
+from kforge_core.eval.verdict import Timing, Verdict
 from tests.fakes.openai_server import (FakeOpenAIServer, empty_choices, image_rejected, rate_limited, server_error,
                                        slow, stall, truncated)
 
@@ -481,7 +481,7 @@ def wait_for(predicate, timeout_s: float, what: str):
 
 
 def test_killed_worker_is_resumed_from_its_last_finished_iteration(db, tmp_path):
-    """A real `python -m kforge_core.worker`, SIGKILLed while the model streams iteration 1; the run is marked
+    """A real `python -m kforge_core.loop.worker`, SIGKILLed while the model streams iteration 1; the run is marked
     interrupted and resumed here, reading its state from the store (nothing finished is redone)."""
     with FakeOpenAIServer(models=("gen-model", "ana-model"), api_key=SECRET) as server:
         server.enqueue_for("gen-model", program("compile_error.py"),

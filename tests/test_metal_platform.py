@@ -14,15 +14,14 @@ import pytest
 import torch
 
 from kforge_core.errors import CompileError
-from kforge_core.harness import context, launches
+from kforge_core.eval.harness import context, launches
 from kforge_core.platform import Availability, all_platforms, get_platform
-from kforge_core.rules import check_candidate
+from kforge_core.eval.rules import check_candidate
 from platforms import metal
-from platforms._metal_diagnostics import (compile_error_details, expansion_map, extract_log, remap_log,
-                                          torch_include_dir)
-from platforms._metal_kernels import MetalLibrary
-from platforms._metal_profile import CUSTOM_PREFIX, OTHER_ROW, recorder, summarize_mps_profile
-from platforms._metal_signatures import (MetalSignatureError, bind_arguments, normalize_dispatch, parse_kernels)
+from platforms.metal._diagnostics import compile_error_details, expansion_map, extract_log, remap_log, torch_include_dir
+from platforms.metal._kernels import MetalLibrary
+from platforms.metal._profile import CUSTOM_PREFIX, OTHER_ROW, recorder, summarize_mps_profile
+from platforms.metal._signatures import MetalSignatureError, bind_arguments, normalize_dispatch, parse_kernels
 
 HAS_MPS = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 needs_mps = pytest.mark.skipif(not HAS_MPS, reason=metal.MPS_UNAVAILABLE)
@@ -487,7 +486,7 @@ def test_unknown_pipeline_is_a_compile_error(monkeypatch):
 
 @pytest.mark.parametrize("features", [4096, 1001])
 def test_example_candidate_host_logic_with_a_fake_compiler(fake_metal, features):
-    from kforge_core.harness.loading import import_file
+    from kforge_core.eval.harness.loading import import_file
 
     problem = import_file(EXAMPLE.problem, "metal_example_problem")
     candidate = import_file(EXAMPLE.candidate, "metal_example_candidate")
@@ -568,7 +567,7 @@ def fake_mps_runtime(monkeypatch, fake_metal):
 
 
 def test_recorder_times_launches_only_while_recording(fake_mps_runtime):
-    from platforms._metal_profile import recording
+    from platforms.metal._profile import recording
 
     pending_before = list(recorder.pending)
     assert recorder.active is False
@@ -650,7 +649,7 @@ def test_mps_platform_runtime_pieces():
 
 @needs_mps
 def test_mps_profile_of_the_example():
-    from kforge_core.harness.loading import import_file
+    from kforge_core.eval.harness.loading import import_file
 
     candidate = import_file(EXAMPLE.candidate, "metal_example_candidate_mps")
     model = candidate.ModelNew(4096).to("mps")
@@ -662,7 +661,7 @@ def test_mps_profile_of_the_example():
 
 @needs_mps
 def test_mps_example_end_to_end():
-    from kforge_core.evaluator import EvalOptions, evaluate
+    from kforge_core.eval.evaluator import EvalOptions, evaluate
     from kforge_core.problem import load_problem
 
     problem = load_problem(EXAMPLE.problem)

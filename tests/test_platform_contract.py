@@ -14,7 +14,7 @@ import pytest
 
 from kforge_core.platform import Availability, Platform, all_platforms
 from kforge_core.problem import load_problem
-from kforge_core.rules import check_candidate
+from kforge_core.eval.rules import check_candidate
 
 REPO = Path(__file__).resolve().parents[1]
 PLATFORMS = all_platforms()
@@ -109,3 +109,18 @@ def test_a_new_target_is_one_module_plus_its_example(tmp_path):
     verdict = json.loads(done.stdout)
     assert verdict["status"] == "correct", verdict["reason"]
     assert verdict["target"] == "toy"
+
+
+def test_discovery_from_many_threads_at_once_sees_every_platform():
+    """The first discovery may be asked for by several threads (bench workers, the app's form): none may see a
+    half-filled registry (it once answered 'unknown target; known targets: none')."""
+    import subprocess
+    import sys
+
+    code = ("import threading\nfrom kforge_core.platform import get_platform\nerrors = []\n"
+            "def ask():\n    try:\n        get_platform('cpu')\n    except Exception as e:\n        errors.append(e)\n"
+            "ts = [threading.Thread(target=ask) for _ in range(16)]\n[t.start() for t in ts]\n[t.join() for t in ts]\n"
+            "print(len(errors))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+    assert out.stdout.strip() == "0", out.stdout + out.stderr

@@ -166,7 +166,7 @@ def test_reference_producing_nan(validated):
 
 def test_evaluate_raises_problem_error_for_a_broken_problem():
     """evaluate() on an unusable problem raises ProblemError (it is not the candidate's verdict)."""
-    from kforge_core.evaluator import EvalOptions, evaluate
+    from kforge_core.eval.evaluator import EvalOptions, evaluate
 
     text = make("raise ValueError('reference is broken')")
     with pytest.raises(ProblemError, match="reference is broken"):

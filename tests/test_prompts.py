@@ -11,7 +11,7 @@ from kforge_core.agents.base import AnalysisRequest, Feedback, GenerationRequest
 from kforge_core.agents.prompts import (PROMPTS_DIR, PromptTemplateError, analysis_messages_text,
                                         generation_messages, render)
 from kforge_core.platform import get_platform
-from kforge_core.rules import RULES
+from kforge_core.eval.rules import RULES
 
 FIXTURES = Path(__file__).parent / "fixtures_loop"
 COMPILE_LOG = "candidate line 9 (kernel line 4): error: expected ';' before '}' token"

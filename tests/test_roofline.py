@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kforge_core.roofline import with_device_time
+from kforge_core.eval.roofline import with_device_time
 
 ROOF = {"bytes": 4 << 30, "floor_ms": 1.0, "bound": "memory", "pct_of_roofline": 80.0}
 L2 = 50 << 20

@@ -1,4 +1,4 @@
-"""Static rules (kforge_core.rules.check_candidate) on many snippets: what honest candidates need stays allowed,
+"""Static rules (kforge_core.eval.rules.check_candidate) on many snippets: what honest candidates need stays allowed,
 what no honest kernel needs is rejected with the rule that stands for it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from candidates.evalkit import HONEST
 from kforge_core.platform import get_platform
-from kforge_core.rules import RULES, check_candidate, check_native_source, rules_markdown
+from kforge_core.eval.rules import RULES, check_candidate, check_native_source, rules_markdown
 
 CPU = get_platform("cpu")
 
@@ -182,7 +182,7 @@ FORBIDDEN = {
     "star import": ("from torch import *", "imports"),
     "platform internals": ("from platforms.cpu import launches", "imports"),
     "platform package": ("import platforms.cpu", "imports"),
-    "harness": ("from kforge_core.harness import launches", "imports"),
+    "harness": ("from kforge_core.eval.harness import launches", "imports"),
     "cpp_extension.load (file based)": ("from torch.utils.cpp_extension import load", "imports"),
     "torch.load (pickle)": ("import torch\nm = torch.load('x.pt', weights_only=False)", "imports"),
     "numpy.load (pickle)": ("import numpy as np\na = np.load('x.npy', allow_pickle=True)", "imports"),

@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from kforge_core import sandbox
-from kforge_core.sandbox import _unframe, child_environment, run_child
+from kforge_core.eval import sandbox
+from kforge_core.eval.sandbox import _unframe, child_environment, run_child
 
 
 def test_child_environment_strips_secrets(monkeypatch, tmp_path):
@@ -60,7 +60,7 @@ def test_child_working_directory_is_not_on_sys_path():
 def test_scrub_sys_path_drops_the_current_and_writable_directories(monkeypatch, tmp_path):
     """A forked child inherits the fork server's sys.path (and '' would resolve to the child's new working
     directory): child.serve scrubs '', '.', the working directory, HOME and what lies under them."""
-    from kforge_core.harness.child import scrub_sys_path
+    from kforge_core.eval.harness.child import scrub_sys_path
 
     work, home, keep = tmp_path / "work", tmp_path / "home", tmp_path / "lib"
     for d in (work, home, keep, work / "sub"):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kforge_core.platform import get_platform
-from kforge_core.rules import check_candidate
+from kforge_core.eval.rules import check_candidate
 from platforms import triton as tp
 
 HERE = Path(__file__).parent

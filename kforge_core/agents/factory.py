@@ -4,14 +4,12 @@
 run in parallel through it); the analysis agent uses `analysis_model` when set. Endpoint and key come from the
 config first, then the environment and the settings file (`kforge_core.llm.resolve_config`).
 
-`builtin`: the rule-based agents of `kforge_core.agents.builtin`, imported only when asked for. That package
-exposes `build_agents(config) -> (generation_agent, analysis_agent)`, or else the classes
-`BuiltinGenerationAgent` and `BuiltinAnalysisAgent` (constructed without arguments).
+`builtin`: the rule-based agents (`builtin_generation`, `builtin_analysis`, over the compiler in `kforge_core.synth`),
+imported only when asked for.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
@@ -19,7 +17,7 @@ from .base import AnalysisAgent, GenerationAgent
 
 if TYPE_CHECKING:
     from ..llm import LLMConfig
-    from ..loop_config import RunConfig
+    from ..loop.config import RunConfig
 
 AGENT_KINDS = ("llm", "builtin")
 BUILTIN_LABEL = "built-in, rule-based (no LLM)"
@@ -56,17 +54,9 @@ def _llm_agents(config: RunConfig) -> tuple[GenerationAgent, AnalysisAgent]:
 
 
 def _builtin_agents(config: RunConfig) -> tuple[GenerationAgent, AnalysisAgent]:
-    try:
-        builtin = importlib.import_module("kforge_core.agents.builtin")
-    except ModuleNotFoundError as e:
-        if e.name not in ("kforge_core.agents.builtin",):
-            raise  # the package exists but one of its own imports is missing: a real bug, show it
-        raise UsageError("the built-in, rule-based agent (kforge_core.agents.builtin) is not installed in this "
-                         "KForge; use --agent llm with an OpenAI-compatible endpoint (--base-url, --model)") from None
-    if hasattr(builtin, "build_agents"):
-        return builtin.build_agents(config)
-    try:
-        return builtin.BuiltinGenerationAgent(), builtin.BuiltinAnalysisAgent()
-    except AttributeError:
-        raise UsageError("kforge_core.agents.builtin provides neither build_agents(config) nor "
-                         "BuiltinGenerationAgent/BuiltinAnalysisAgent; it is incomplete") from None
+    """The rule-based pair, imported only when asked for; the generator traces at the run's size class."""
+    from .builtin_analysis import BuiltinAnalysisAgent
+    from .builtin_generation import BuiltinGenerationAgent
+
+    size_class = getattr(config, "size_class", None)
+    return BuiltinGenerationAgent(size_class=size_class if size_class else None), BuiltinAnalysisAgent()

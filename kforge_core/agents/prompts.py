@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import KForgeError
 from ..platform import REPO_ROOT
 from ..profiling import kernel_label
-from ..rules import RULES
+from ..eval.rules import RULES
 from .base import AnalysisRequest, Feedback, GenerationRequest, Recommendation
 
 PROMPTS_DIR = REPO_ROOT / "assets" / "prompts"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..platform import get_platform
-from ..tolerance import POLICIES
+from ..eval.tolerance import POLICIES
 from .common import print_json
 
 

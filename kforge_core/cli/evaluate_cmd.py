@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 
 from ..errors import UsageError
-from ..evaluator import EvalOptions, evaluate
+from ..eval.evaluator import EvalOptions, evaluate
 from ..problem import load_problem
-from ..tolerance import POLICIES
-from ..verdict import Verdict
+from ..eval.tolerance import POLICIES
+from ..eval.verdict import Verdict
 from .common import fmt_ms, fmt_x, print_json
 
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, TextIO
 
 from ..errors import UsageError
 from ..store import open_store, resolve_db_path
-from ..tolerance import POLICIES
+from ..eval.tolerance import POLICIES
 from .common import fmt_ms, fmt_x, print_json
 
 if TYPE_CHECKING:  # the loop (and the openai package under it) is imported only when a run starts
     from ..loop import RunConfig
-    from ..loop_events import LoopEvent
+    from ..loop.events import LoopEvent
 
 NO_ENDPOINT_NOTE = "no LLM endpoint configured: using the built-in, rule-based synthesizer (no LLM)"
 

@@ -48,7 +48,7 @@ def case(module: str, name: str, problem: str | Path, candidate: str | Path, wei
 
 
 def run_case(c: Case):
-    from kforge_core.evaluator import EvalOptions, evaluate
+    from kforge_core.eval.evaluator import EvalOptions, evaluate
     from kforge_core.problem import load_problem
 
     problem = load_problem(path=c.problem)

@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_cuda_half_conversions_match_torch_exhaustively():
     """Every 16-bit pattern widens as torch does; floats (random, ties, overflow, subnormal, inf) round to nearest
     even as torch's .to() does, through the path the candidates compile (cvt on sm_80+, the bit version before)."""
-    from kforge_core.agents.builtin.cuda_prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
-    from kforge_core.agents.builtin.exprs import HALF_MATH
+    from kforge_core.synth.backends.cuda.prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_PRELUDE
+    from kforge_core.synth.backends.cexprs import HALF_MATH
     from platforms.cuda import compile_cuda
 
     src = CUDA_PRELUDE + CUDA_HALF_BITS + HALF_MATH.replace("KF_HALF_FN", "__device__ __forceinline__") + CUDA_HALF_VEC
@@ -77,7 +77,7 @@ def _synthesize_optimized(source: str, name: str):
     sys.path.insert(0, str(REPO / "bench"))
     from builtin_gallery import full_schedule
 
-    from kforge_core.agents.builtin import BuiltinGenerationAgent
+    from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
     from kforge_core.platform import get_platform
 
     res = BuiltinGenerationAgent().synthesize(source, "cuda", full_schedule(get_platform("cuda")), name)
@@ -87,7 +87,7 @@ def _synthesize_optimized(source: str, name: str):
 
 def _assert_correct(path: Path, program: str) -> None:
     """The evaluator judges `program` correct on the problem file at `path`, at the file's sizes (no timing)."""
-    from kforge_core.evaluator import EvalOptions, evaluate
+    from kforge_core.eval.evaluator import EvalOptions, evaluate
     from kforge_core.problem import load_problem
 
     v = evaluate(load_problem(path), program, "cuda", EvalOptions(timing=False))

@@ -45,7 +45,7 @@ def _problem(path: Path):
 
 
 def _evaluate(problem: Path, candidate: Path | str, target: str, **opts):
-    from kforge_core.evaluator import EvalOptions, evaluate
+    from kforge_core.eval.evaluator import EvalOptions, evaluate
 
     source = candidate.read_text() if isinstance(candidate, Path) else candidate
     opts.setdefault("baselines", False)
@@ -130,7 +130,7 @@ def test_nvrtc_compile_launch_cache_and_validation():
         mod.nope  # noqa: B018
 
     # a real NVRTC error, mapped to the candidate's line
-    from kforge_core.harness import context
+    from kforge_core.eval.harness import context
 
     bad_src = "\nextern \"C\" __global__ void k(float* x) {\n    x[0] = undefined_name;\n}\n"
     context.candidate_text = f"import torch\nSOURCE = r\"\"\"{bad_src}\"\"\"\n"
@@ -149,7 +149,7 @@ def test_nvrtc_compile_launch_cache_and_validation():
         t0 = time.perf_counter()
         compile_cuda(simple + f"// {uuid.uuid4().hex}\n")
         colds.append(time.perf_counter() - t0)
-    from platforms._cuda_nvrtc import api
+    from platforms.cuda._nvrtc import api
 
     a = api()
     _save("nvrtc_compile.json", {"with_cuda_fp16_cold_s": cold, "cached_s": cached, "simple_cold_s": colds,

@@ -1,0 +1,229 @@
+"""The built-in performance-analysis agent: measured profile facts -> moves from a fixed catalogue.
+
+Reads the profile summary (custom kernels, their launches per forward and time shares, time in PyTorch ops), the
+roofline facts (bound, % of the measured bandwidth / FLOP/s) and the timings, plus what the program already does
+(its `# kforge-builtin:` schedule marker, or for any other program what its source shows) and which moves the
+optimization history already tried. Every recommendation names a catalogue move and cites the numbers behind it;
+when every move is applied or tried, it recommends nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from .base import AnalysisRequest, AnalysisResult, Recommendation, TokenSink, Usage
+from ..synth.schedule import CATALOGUE, LABEL, MOVE_TITLES, Schedule, read_marker
+
+_GPU_HINTS = re.compile(r"__global__|@triton\.jit|kernel void|threadIdx|tl\.program_id")
+
+
+def _moves_in_history(history: list[dict]) -> set:
+    tried = set()
+    for h in history or []:
+        if not isinstance(h, dict):
+            continue
+        for key in ("move", "moves"):
+            v = h.get(key)
+            if isinstance(v, str):
+                tried.add(v)
+            elif isinstance(v, (list, tuple)):
+                tried |= {x for x in v if isinstance(x, str)}
+        recs = h.get("recommendations") or ([h["recommendation"]] if isinstance(h.get("recommendation"), dict) else [])
+        for r in recs:
+            if isinstance(r, dict) and r.get("move"):
+                tried.add(r["move"])
+        # the loop lists every recommendation of a step; the built-in generator applies only the first one
+        text = str(h.get("tried", "")).split("; ")[0]
+        for move, title in MOVE_TITLES.items():
+            if text.startswith(title) or f"[{move}]" in text:
+                tried.add(move)
+    return tried & set(CATALOGUE)
+
+
+def _infer_schedule(program: str, gpu: bool) -> Schedule:
+    """What a program (not written by the built-in generator) already does, read from its source."""
+    src = program or ""
+    launches = len(re.findall(r'extern\s+"C"', src)) + len(re.findall(r"__global__", src)) + \
+        len(re.findall(r"@triton\.jit", src)) + len(re.findall(r"\bkernel\s+void\b", src))
+    return Schedule(
+        fuse=launches <= 1,
+        parallel=gpu or "omp parallel" in src,
+        vectorize=bool(re.search(r"#pragma omp[^\n]*\bsimd\b|__m256|__m512|float4|_mm256|vld1q|simd_|tl\.arange",
+                                src)),
+        block=bool(re.search(r"BLOCK|blockDim|chunk", src)),
+        unroll=bool(re.search(r"unroll|simdlen", src)),
+        warp_reduce=bool(re.search(r"__shfl|simd_sum|simd_max|tl\.sum|tl\.max", src)),
+    )
+
+
+def _pct(x) -> str:
+    return f"{100 * x:.0f}%"
+
+
+class BuiltinAnalysisAgent:
+    label = LABEL
+
+    def analyze(self, request: AnalysisRequest, on_token: TokenSink | None = None) -> AnalysisResult:
+        t0 = time.perf_counter()
+        result = self._analyze(request)
+        result.usage = Usage(latency_s=time.perf_counter() - t0, model=LABEL)
+        if on_token and result.text:
+            on_token(result.text)
+        return result
+
+    # --------------------------------------------------------------------------------------------------
+    def _analyze(self, req: AnalysisRequest) -> AnalysisResult:
+        marker = read_marker(req.program)
+        gpu = self._is_gpu(req, marker)
+        sched = Schedule.from_dict(marker.get("schedule", {})) if marker else _infer_schedule(req.program, gpu)
+        tried = _moves_in_history(req.history)
+        facts = self._facts(req, marker)
+        recs: list[tuple[float, Recommendation]] = []
+
+        def add(move: str, score: float, change: str, why: str, gain: str) -> None:
+            if move in tried or sched.applied(move):
+                return
+            recs.append((score, Recommendation(title=MOVE_TITLES[move], change=change, why=why,
+                                               expected_gain=gain, move=move)))
+
+        f = facts
+        time_text = f"{f['per_forward_ms']:.3g} ms per forward" if f["per_forward_ms"] else "the forward"
+        bw_text = (f"{f['pct_roofline']:.0f}% of the {f['bound'] or 'roofline'} floor "
+                   f"({f['floor_ms']:.3g} ms at the measured {f['ceiling']})") if f["pct_roofline"] else \
+            "no roofline measurement"
+        near_floor = f["pct_roofline"] is not None and f["pct_roofline"] >= 85
+
+        # fuse: several custom kernels per forward, or elementwise PyTorch ops next to them
+        kernels = f["kernels_per_forward"]
+        if kernels > 1 or f["aten_pointwise_share"] > 0.1:
+            parts = []
+            if kernels > 1:
+                parts.append(f"{kernels:g} custom kernel launches per forward ({f['kernel_list']}), each a full pass "
+                             f"over memory for its inputs and outputs")
+            if f["aten_pointwise_share"] > 0.1:
+                parts.append(f"elementwise PyTorch ops ({f['aten_pointwise']}) take {_pct(f['aten_pointwise_share'])} "
+                             f"of the time")
+            add("fuse", 100 + kernels, "Merge producer/consumer kernels so intermediates stay in registers: one "
+                "pass over memory per fused group instead of one per node.",
+                "; ".join(parts) + f"; {bw_text}",
+                f"up to ~{max(kernels, 2):.0f}x less memory traffic on the fused part" if kernels > 1 else "~1.2-2x")
+        # parallelize across rows / cores
+        if not gpu:
+            cores = os.cpu_count() or 1
+            add("parallelize_rows", 90, f"Distribute rows (and row chunks) over the {cores} cores with "
+                "`#pragma omp parallel for`.",
+                f"the custom kernels take {_pct(f['custom_share'])} of {time_text} and run on one thread of {cores} "
+                f"cores; {bw_text}", f"up to ~{min(cores, 4)}x on the kernel time" if cores > 1 else "none (1 core)")
+        else:
+            if f["has_reduction"]:
+                add("parallelize_rows", 90, "Give each row to a whole thread block (block-wide reduction) instead of a "
+                    "single thread looping over the row.",
+                    f"row kernels take {_pct(f['custom_share'])} of {time_text}; one thread per row leaves most "
+                    f"lanes idle; {bw_text}", "large for long rows")
+            if f["has_reduction"]:
+                add("warp_reduce", 80, "Reduce within warps with shuffles (then across warps through shared memory) "
+                    "instead of a shared-memory tree with a barrier per step.",
+                    f"row reductions are {f['reduction_kernels']} of the kernels; {bw_text}", "~1.1-1.5x on row "
+                    "kernels")
+        # vectorize
+        inner = "transcendental functions in the inner loop run as scalar libm calls" if f["transcendental"] else \
+            "scalar loads and stores"
+        add("vectorize", 70 if not near_floor else 40,
+            "Vectorize the inner loops: `#pragma omp simd` with reduction clauses, restrict pointers, inline "
+            "polynomial exp/log/tanh/erf (float4 loads on GPUs).",
+            f"{bw_text}; {inner}; custom kernels are {_pct(f['custom_share'])} of {time_text}",
+            "~1.5-4x on compute-heavy elementwise code" if f["transcendental"] else "~1.1-1.5x")
+        # block / chunk shape
+        add("block_shape", 50 if not near_floor else 30,
+            "Change the work decomposition: fixed 4096-element chunks for elementwise kernels; a per-thread row cache "
+            "for expensive intermediates and dynamic row scheduling in row kernels (block size on GPUs).",
+            f"{f['top_kernel_text']}; {bw_text}", "~1.0-1.3x")
+        # unroll
+        add("unroll", 40 if not near_floor else 20,
+            "Unroll the inner loops (two vectors per iteration, independent accumulators for reductions).",
+            f"{f['top_kernel_text']}; reductions carry a dependency through one accumulator; {bw_text}",
+            "~1.0-1.2x")
+        recs.sort(key=lambda sr: -sr[0])
+        out = [r for _, r in recs]
+        if not out:
+            applied = ", ".join(sched.moves()) or "none"
+            text = (f"The built-in move catalogue is exhausted for this program (applied: {applied}; tried: "
+                    f"{', '.join(sorted(tried)) or 'none'}). {bw_text[0].upper() + bw_text[1:]}.")
+            return AnalysisResult(recommendations=[], text=text)
+        lines = [f"Measured: {time_text}; custom kernels {_pct(f['custom_share'])} of it; {bw_text}."]
+        if f["speedup_text"]:
+            lines.append(f["speedup_text"])
+        for i, r in enumerate(out, 1):
+            lines.append(f"{i}. [{r.move}] {r.title}: {r.why} (expected {r.expected_gain})")
+        if tried:
+            lines.append(f"Already tried: {', '.join(sorted(tried))}.")
+        return AnalysisResult(recommendations=out, text="\n".join(lines))
+
+    @staticmethod
+    def _is_gpu(req: AnalysisRequest, marker: dict | None) -> bool:
+        try:
+            from kforge_core.platform import get_platform
+
+            return get_platform(req.target).device_type != "cpu"
+        except Exception:  # noqa: BLE001 - unknown target: read the program
+            return bool(_GPU_HINTS.search(req.program or ""))
+
+    @staticmethod
+    def _facts(req: AnalysisRequest, marker: dict | None) -> dict:
+        prof = req.profile if isinstance(req.profile, dict) and "error" not in req.profile else {}
+        roof = req.roofline if isinstance(req.roofline, dict) else {}
+        rows = prof.get("kernels") or []
+        custom = [r for r in rows if r.get("custom")]
+        launches = prof.get("launches_per_forward")
+        if launches is None:
+            launches = len(marker.get("kernels", [])) if marker else (
+                len(re.findall(r'extern\s+"C"|__global__|@triton\.jit', req.program or "")) or 1)
+        kernel_list = ", ".join(f"{r['name'].split('::')[-1]} {_pct(r.get('share', 0))}" for r in custom[:4]) or \
+            ", ".join(k["name"] for k in (marker or {}).get("kernels", [])[:4])
+        pointwise = re.compile(r"aten::(add|sub|mul|div|relu|gelu|silu|sigmoid|tanh|exp|clamp|where|pow|rsqrt|"
+                               r"neg|copy_|contiguous|clone|maximum|minimum|softmax|layer_norm)")
+        aten_pw = [r for r in rows if not r.get("custom") and pointwise.match(r.get("op") or r.get("name", ""))]
+        top = custom[0] if custom else None
+        top_text = (f"{top['name'].split('::')[-1]} is {_pct(top.get('share', 0))} of the time "
+                    f"({top.get('ms_per_forward', 0):.3g} ms, {top.get('calls_per_forward', 0):g} call(s) per forward)"
+                    ) if top else "no per-kernel profile"
+        pct = roof.get("pct_of_roofline")
+        bound = roof.get("bound")
+        if bound == "memory" and roof.get("bandwidth_gbs"):
+            ceiling = f"{roof['bandwidth_gbs']:.3g} GB/s"
+        elif roof.get("fp32_tflops"):
+            ceiling = f"{roof['fp32_tflops']:.3g} TFLOP/s"
+        else:
+            ceiling = "ceilings"
+        speed = ""
+        if req.candidate_ms and (req.eager_ms or req.compiled_ms):
+            parts = []
+            if req.eager_ms:
+                parts.append(f"{req.eager_ms / req.candidate_ms:.2f}x vs eager ({req.eager_ms:.3g} ms)")
+            if req.compiled_ms:
+                parts.append(f"{req.compiled_ms / req.candidate_ms:.2f}x vs torch.compile ({req.compiled_ms:.3g} ms)")
+            speed = f"Candidate {req.candidate_ms:.3g} ms: " + ", ".join(parts) + "."
+        src = req.program or ""
+        transcendental = bool(re.search(r"kf_exp|kf_erf|kf_tanh|kf_log|std::exp|expf|erff|tanhf|std::erf|std::tanh|"
+                                        r"tl\.exp|__expf", src))
+        reductions = [k for k in (marker or {}).get("kernels", []) if k.get("passes")]
+        return {
+            "per_forward_ms": prof.get("per_forward_ms") or req.candidate_ms,
+            "custom_share": prof.get("custom_share", 1.0 if not rows else 0.0) or 0.0,
+            "kernels_per_forward": float(launches or 0),
+            "kernel_list": kernel_list,
+            "aten_pointwise_share": sum(r.get("share", 0) for r in aten_pw),
+            "aten_pointwise": ", ".join(f"{r['name']} {_pct(r.get('share', 0))}" for r in aten_pw[:3]),
+            "top_kernel_text": top_text,
+            "pct_roofline": pct,
+            "bound": bound,
+            "floor_ms": roof.get("floor_ms") or 0.0,
+            "ceiling": ceiling,
+            "speedup_text": speed,
+            "transcendental": transcendental,
+            "has_reduction": bool(reductions) or bool(re.search(r"acc_|reduction\(|tl\.sum|__shfl", src)),
+            "reduction_kernels": f"{len(reductions)} of {len((marker or {}).get('kernels', []))}" if marker else
+            "some",
+        }

@@ -1,0 +1,6 @@
+"""The evaluator: verdicts on candidate programs, hard to fool (`evaluator.evaluate`).
+
+Parent side (the caller's process): `evaluator` (request -> verdict), `sandbox` (the child process: private
+directory, scrubbed environment, limits, timeouts), `forkserver` (pre-imported CPU children), `rules` (the static
+rules), `tolerance`, `verdict`, `roofline`, `ceilings`. Child side: `harness/`, which runs next to the candidate.
+"""

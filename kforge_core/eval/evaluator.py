@@ -1,0 +1,105 @@
+"""Evaluate a candidate against a problem on a target: the caller's side.
+
+Every evaluation runs in a fresh child process (`kforge_core.eval.sandbox`), so a crash, hang, `sys.exit`, segfault or
+out-of-memory in candidate code becomes a verdict and never takes the caller down. See `kforge_core.eval.harness` for
+what runs in the child and `kforge_core.eval.rules` for the rules it enforces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..errors import ProblemError, UsageError
+from ..platform import get_platform
+from ..problem import Problem, ProblemReport
+from .sandbox import ChildOutcome, run_child
+from .tolerance import get_policy
+from .verdict import Verdict
+
+
+@dataclass
+class EvalOptions:
+    seeds: int = 5  # correctness trials with fresh random inputs (at least 5 by policy)
+    tolerance: str = "default"  # see kforge_core.eval.tolerance.POLICIES
+    timing: bool = True
+    baselines: bool = True  # time eager and torch.compile in the same child run
+    profile: bool = False
+    size_class: str | None = None  # "cpu" applies a gallery problem's CPU_SIZES; None keeps the file's own sizes
+    timeout_s: float = 300.0  # wall clock for the whole child (build, checks, timing)
+    memory_limit_mb: int | None = 16384
+    timing_options: dict = field(default_factory=dict)  # TimingOptions fields (min_trials, budget_s, ...)
+
+    def __post_init__(self) -> None:
+        if self.seeds < 5:
+            raise UsageError("at least 5 seeds are required for a correctness verdict")
+        get_policy(self.tolerance)
+
+
+def _outcome_to_verdict(outcome: ChildOutcome, target: str, timeout_s: float) -> Verdict:
+    log_tail = "\n".join(outcome.log.strip().splitlines()[-40:])
+    r = outcome.result
+    if r is not None and "problem_error" in r:
+        raise ProblemError(r["problem_error"])
+    if outcome.timed_out:
+        return Verdict("timeout", f"no verdict within {timeout_s:g} s (infinite loop, deadlock, or a build or run "
+                                  f"that is far too slow); the process group was killed", target, log_tail=log_tail,
+                       wall_s=outcome.wall_s)
+    if outcome.memory_exceeded:
+        return Verdict("runtime_error", "the candidate exceeded the evaluation's memory limit and was killed",
+                       target, log_tail=log_tail, wall_s=outcome.wall_s)
+    if r is None:
+        sig = outcome.signal_name
+        if sig:
+            why = {"SIGSEGV": "a segmentation fault: out-of-bounds access in a kernel?",
+                   "SIGKILL": "killed: out of memory?", "SIGABRT": "an abort",
+                   "SIGBUS": "a bus error: misaligned or unmapped memory", "SIGFPE": "an arithmetic fault"}
+            reason = f"the candidate's process died of {sig}" + (f" ({why[sig]})" if sig in why else "")
+        else:
+            reason = f"the candidate's process exited with code {outcome.returncode} before giving a verdict " \
+                     f"(sys.exit / os._exit / abort in candidate code?)"
+        if "MemoryError" in outcome.log or "Cannot allocate memory" in outcome.log:
+            reason += "; it ran out of memory"
+        return Verdict("runtime_error", reason, target, log_tail=log_tail, wall_s=outcome.wall_s)
+    fields = {k: v for k, v in r.items() if k in Verdict.__dataclass_fields__}
+    fields.setdefault("target", target)
+    fields["log_tail"] = log_tail
+    fields["wall_s"] = outcome.wall_s
+    if "harness_error" in r:
+        fields["log_tail"] = (log_tail + "\n" + r["harness_error"]).strip()
+    return Verdict.from_dict(fields)
+
+
+def evaluate(problem: Problem, candidate_source: str, target: str, options: EvalOptions | None = None) -> Verdict:
+    """Judge `candidate_source` (a ModelNew program) against `problem` on `target`. Always returns a Verdict for
+    anything the candidate does; raises ProblemError for an unusable problem and UsageError for a bad target."""
+    options = options or EvalOptions()
+    platform = get_platform(target, require_available=True)
+    request = {"mode": "evaluate", "target": platform.name, **{k: v for k, v in asdict(options).items()
+                                                                  if k not in ("timeout_s", "memory_limit_mb")}}
+    outcome = run_child(request, {"problem.py": problem.source, "candidate.py": candidate_source},
+                        timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
+                        limit_address_space=platform.limit_address_space,
+                        fork_server_safe=platform.fork_server_safe)
+    return _outcome_to_verdict(outcome, platform.name, options.timeout_s)
+
+
+def run_validation(problem: Problem, target: str, timeout_s: float = 120.0,
+                   size_class: str | None = None) -> ProblemReport:
+    platform = get_platform(target, require_available=True)
+    outcome = run_child({"mode": "validate", "target": platform.name, "size_class": size_class},
+                        {"problem.py": problem.source}, timeout_s=timeout_s, memory_limit_mb=16384,
+                        limit_address_space=platform.limit_address_space,
+                        fork_server_safe=platform.fork_server_safe)
+    r = outcome.result
+    if outcome.timed_out:
+        raise ProblemError(f"the reference did not finish within {timeout_s:g} s")
+    if r is None:
+        raise ProblemError(f"running the reference crashed the process (exit {outcome.returncode}): "
+                           f"{outcome.log.strip()[-500:]}")
+    if "problem_error" in r:
+        raise ProblemError(r["problem_error"])
+    if "problem" not in r:
+        raise ProblemError(r.get("reason", "the reference could not be run"))
+    p = r["problem"]
+    return ProblemReport(inputs=p["inputs"], outputs=p["outputs"], reference_ms=p.get("reference_ms"),
+                         warnings=p["warnings"])

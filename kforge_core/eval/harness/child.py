@@ -1,0 +1,89 @@
+"""Entry point of the evaluation child: `python -m kforge_core.eval.harness.child`, request JSON on stdin.
+
+Order matters: the clock and the state snapshot are taken, and the guards installed, before any problem or
+candidate code is imported; the result is written to a private duplicate of stdout, framed by the nonce, while
+fds 1 and 2 go to a log file the candidate cannot use to forge a result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+T0 = time.perf_counter()
+
+
+def _redirect_output(workdir: Path) -> int:
+    out_fd = os.dup(1)
+    log_fd = os.open(workdir / "candidate.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log_fd, 1)
+    os.close(log_fd)
+    return out_fd
+
+
+def _emit(out_fd: int, nonce: str, result: dict) -> None:
+    data = f"<<{nonce}>>{json.dumps(result, default=_json_default)}<</{nonce}>>".encode()
+    while data:
+        n = os.write(out_fd, data)
+        data = data[n:]
+
+
+def _json_default(o):
+    if isinstance(o, float):
+        return None
+    return str(o)
+
+
+def candidate_frames(exc: BaseException, candidate_file: str) -> str:
+    """The traceback lines that point into the candidate, as 'candidate line N: code'."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    lines = [f"candidate line {f.lineno}: {(f.line or '').strip()}" for f in frames if f.filename == candidate_file]
+    return "; ".join(lines[-3:])
+
+
+def scrub_sys_path(*writable: str | os.PathLike) -> None:
+    """Drop from sys.path the current directory ('' or '.', as an interpreter without -P puts it there) and every
+    directory the candidate may write (its working directory, HOME): a module planted there must never be found by
+    a lazy import. The interpreter is started with -P too (`sandbox.PYTHON_FLAGS`); this holds without it, and in a
+    forked child, whose sys.path was set up by the fork server in another directory."""
+    def real(p: str) -> str:
+        return os.path.realpath(p or ".")
+
+    bad = {real(str(p)) for p in (*writable, os.getcwd(), os.environ.get("HOME", "")) if p} - {os.sep}
+    sys.path[:] = [p for p in sys.path if p not in ("", ".") and not any(
+        real(p) == b or real(p).startswith(b + os.sep) for b in bad)]
+    sys.path_importer_cache.clear()
+
+
+def main() -> None:
+    serve(json.loads(sys.stdin.read()))
+
+
+def serve(request: dict, started: float | None = None) -> None:
+    """Evaluate `request` in this process and exit. fd 1 must be where the framed result goes (a pipe to the
+    caller, or the result file a fork-server child was given)."""
+    random.seed()  # a forked child must not share its fork server's random state
+    workdir = Path(request["workdir"])
+    scrub_sys_path(workdir)
+    out_fd = _redirect_output(workdir)
+    nonce = request.pop("nonce")
+    try:
+        from . import run as runner
+
+        result = runner.run(request, workdir)
+    except BaseException as e:  # noqa: BLE001 - the harness must always answer
+        result = {"status": "runtime_error", "reason": f"evaluation harness failed: {type(e).__name__}: {e}",
+                  "harness_error": traceback.format_exc()[-4000:]}
+    result["child_wall_s"] = time.perf_counter() - (started or T0)
+    _emit(out_fd, nonce, result)
+    sys.stdout.flush()
+    os._exit(0)  # skip atexit handlers and finalizers a candidate may have registered
+
+
+if __name__ == "__main__":
+    main()

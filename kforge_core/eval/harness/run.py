@@ -1,0 +1,341 @@
+"""One evaluation inside the child: load, check statically, import, verify, time, profile. Returns a verdict dict.
+
+Problem failures come back as {"problem_error": ...} (the caller raises ProblemError); candidate failures come back
+as verdicts. The candidate's exceptions are data, never crashes of the harness.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from ...errors import CompileError
+from ...platform import get_platform
+from ..rules import check_candidate
+from ..tolerance import get_policy
+from . import context, guards, launches
+from .compare import compare_outputs, describe, flatten, tensors_equal
+from .correctness import check_correctness
+from .loading import CandidateShapeError, candidate_class, check_inputs, clone, import_file, size_overrides, to_device
+from .timing import TimingOptions, compile_baseline, time_models
+
+
+class ProblemFailure(Exception):
+    pass
+
+
+def _verdict(status: str, reason: str, **extra) -> dict:
+    return {"status": status, "reason": reason, **extra}
+
+
+def _seeded(platform, seed: int, fn):
+    platform.seed(seed)
+    random.seed(seed)
+    return fn()
+
+
+def _make_inputs_on(get_inputs, platform, seed: int, device, on_device: list[bool]):
+    """get_inputs() with the accelerator as the default device, so `torch.randn(...)` lands there directly.
+
+    At the gallery's GPU sizes a CPU-first input costs seconds of host RNG and a copy per trial, and more host memory
+    than the evaluation's limit. A problem whose get_inputs cannot run that way (a CPU generator, numpy) falls back to
+    the CPU for the rest of the evaluation, so every seed is made the same way and the inputs stay reproducible.
+    """
+    if on_device[0]:
+        try:
+            with torch.device(device):
+                return _seeded(platform, seed, get_inputs)
+        except Exception:  # noqa: BLE001 - retried on the CPU; a real failure raises there too
+            on_device[0] = False
+    return _seeded(platform, seed, get_inputs)
+
+
+def _load_reference(request: dict, workdir: Path, platform):
+    try:
+        module = import_file(workdir / "problem.py", "kforge_problem")
+        for key, value in size_overrides(module, request.get("size_class")).items():
+            setattr(module, key, value)  # get_inputs/get_init_inputs read these globals at call time
+    except Exception as e:  # noqa: BLE001
+        raise ProblemFailure(f"importing the problem raised {type(e).__name__}: {e}") from e
+    device = platform.device()
+
+    on_device = [device.type != "cpu"]
+
+    def make_inputs(seed: int):
+        try:
+            inputs = _make_inputs_on(module.get_inputs, platform, seed, device, on_device)
+            check_inputs(inputs)
+        except Exception as e:  # noqa: BLE001
+            raise ProblemFailure(f"get_inputs() failed: {type(e).__name__}: {e}") from e
+        return to_device(list(inputs), device)
+
+    try:
+        init = _seeded(platform, 0, module.get_init_inputs)
+        if not isinstance(init, (list, tuple)):
+            raise TypeError(f"get_init_inputs() must return a list, got {type(init).__name__}")
+        ref_model = _seeded(platform, 0, lambda: module.Model(*init)).to(device)
+    except Exception as e:  # noqa: BLE001
+        raise ProblemFailure(f"building Model failed: {type(e).__name__}: {e}") from e
+    return module, list(init), ref_model, make_inputs
+
+
+def _reference_checks(ref_model, make_inputs, platform) -> tuple[list[str], list, list]:
+    """Determinism and input dependence of the reference; returns (warnings, inputs, outputs) of seed 0."""
+    warnings = []
+    inputs = make_inputs(0)
+    try:
+        with torch.no_grad():
+            out_a = clone(ref_model(*clone(inputs)))
+            out_b = clone(ref_model(*clone(inputs)))
+            out_c = clone(ref_model(*clone(make_inputs(1))))
+        platform.synchronize()
+    except ProblemFailure:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ProblemFailure(f"the reference Model raised {type(e).__name__}: {str(e)[:500]}") from e
+    for t in flatten(out_a):
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and \
+                not bool(torch.isfinite(t).all()):
+            raise ProblemFailure("the reference output contains NaN or Inf for the problem's own inputs")
+    if not tensors_equal(out_a, out_b):
+        c = compare_outputs(out_b, out_a, get_policy("default"))
+        raise ProblemFailure(f"the reference is not deterministic: two runs on the same inputs differ ({c.detail})")
+    # degenerate when the output for other inputs would pass as the output for these (equal or within tolerance,
+    # e.g. the row sums of a softmax): then a kernel returning a constant passes too
+    if tensors_equal(out_a, out_c) or compare_outputs(out_c, out_a, get_policy("default")).passed:
+        warnings.append("degenerate problem: the reference's output does not depend on its inputs, so a kernel that "
+                        "returns a constant would pass")
+    return warnings, inputs, out_a
+
+
+def run(request: dict, workdir: Path) -> dict:
+    platform = get_platform(request["target"])
+    context.request = dict(request)
+    with guards.trusted():
+        platform.prepare_child()
+    timer = platform.make_timer()  # binds the clock now, before any problem or candidate code exists
+    state = guards.snapshot_state()
+    guards.install()
+    try:
+        return _run(request, workdir, platform, timer, state)
+    except ProblemFailure as e:
+        return {"problem_error": str(e), "status": "runtime_error", "reason": str(e)}
+
+
+def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
+    module, init, ref_model, make_inputs = _load_reference(request, workdir, platform)
+    ref_warnings, inputs0, outputs0 = _reference_checks(ref_model, make_inputs, platform)
+    problem_info = {"inputs": [describe(x) for x in flatten(inputs0)],
+                    "outputs": [describe(x) for x in flatten(outputs0)], "warnings": ref_warnings}
+    if request.get("mode") == "validate":
+        ms = platform.make_timer().time_ms(lambda: ref_model(*inputs0))
+        return {"status": "correct", "reason": "problem is valid", "problem": {**problem_info, "reference_ms": ms}}
+
+    base = {"problem": problem_info, "warnings": list(ref_warnings), "device": platform.device_name(),
+            "target": platform.name}
+    cand_path = workdir / "candidate.py"
+    source = cand_path.read_text()
+    try:
+        violations = check_candidate(source, platform.module_name, platform.candidate_api,
+                                     allow_inline_asm=getattr(platform, "allows_inline_asm", False))
+    except SyntaxError as e:
+        return _verdict("compile_error", f"candidate line {e.lineno}: Python syntax error: {e.msg}", **base)
+    if violations:
+        return _verdict("rejected", "; ".join(str(v) for v in violations[:5]), **base,
+                        checks=[{"name": v.rule, "passed": False, "detail": str(v)} for v in violations])
+
+    context.set_candidate(cand_path)
+    # What the candidate must leave as it found it, taken after the problem's own imports (a problem may set
+    # torch flags legitimately) and right before the first line of candidate code runs.
+    state.update(guards.snapshot_state())
+    build_start = time.perf_counter()
+    try:
+        cand_module = import_file(cand_path, "kforge_candidate")
+        cls = candidate_class(cand_module)
+        # its own copy of the init arguments: tensors among them are shared with the reference's constructor
+        new_model = _seeded(platform, 0, lambda: cls(*clone(init))).to(platform.device())
+    except CompileError as e:
+        return _verdict("compile_error", str(e), compile_log=e.log, builds=list(launches.builds), **base)
+    except guards.GuardViolation as e:
+        return _verdict("rejected", str(e), **base)
+    except CandidateShapeError as e:
+        return _verdict("runtime_error", str(e), **base)
+    except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
+        return _verdict("runtime_error", _describe_exception("loading the candidate", e, str(cand_path)), **base)
+    base["build_s"] = time.perf_counter() - build_start
+    base["builds"] = launches.builds
+    rejected = _guard_findings(state)  # hooks, modes, patches installed at import time
+    if rejected:
+        return _verdict("rejected", rejected, **base)
+    _copy_matching_weights(ref_model, new_model)
+    new_model.train(ref_model.training)
+
+    policy = get_policy(request.get("tolerance", "default"))
+    base["tolerance"] = policy.to_dict()
+    # Seeds the candidate cannot predict (nothing can be precomputed for them); recorded in the checks.
+    first_seed = random.SystemRandom().randrange(1 << 20, 1 << 40)
+    seeds = list(range(first_seed, first_seed + int(request.get("seeds", 5))))
+    try:
+        res = check_correctness(ref_model, new_model, make_inputs, policy, platform, seeds,
+                                after_call=lambda: _raise_guard_findings(state))
+    except CompileError as e:
+        return _verdict("compile_error", str(e), compile_log=e.log, **base)
+    except guards.GuardViolation as e:
+        return _verdict("rejected", str(e), **base)
+    except ProblemFailure:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
+        return _verdict("runtime_error", _describe_exception("ModelNew.forward", e, str(cand_path)), **base)
+    base.update(checks=res.checks, max_abs_error=res.max_abs_error, max_rel_error=res.max_rel_error,
+                kernel_launches=res.launches)
+    base["warnings"].extend(res.warnings)
+    rejected = _guard_findings(state)
+    if rejected:
+        return _verdict("rejected", rejected, **base)
+    if res.status != "correct":
+        return _verdict(res.status, res.reason, **base)
+    if request.get("timing", True):
+        try:
+            timing = _time(request, ref_model, new_model, make_inputs, platform, timer, state)
+        except guards.GuardViolation as e:
+            return _verdict("rejected", str(e), **base)
+        except TimingFailure as e:
+            return _verdict(e.status, e.reason, **base)
+        except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
+            return _verdict("runtime_error", _describe_exception("timing ModelNew", e, str(cand_path)), **base)
+        if "failure" in timing:
+            return _verdict(timing["failure"][0], timing["failure"][1], **base)
+        base["warnings"].extend(timing.pop("warnings"))
+        base.update(timing)
+        rejected = _guard_findings(state)
+        if rejected:
+            return _verdict("rejected", rejected, **base)
+        if request.get("profile"):
+            base["profile"] = _profile(platform, new_model, make_inputs)
+            prof = base["profile"] or {}
+            if platform.profiler_times_device and base.get("roofline") and prof.get("per_forward_ms"):
+                from ..roofline import with_device_time
+
+                base["roofline"] = with_device_time(base["roofline"], prof["per_forward_ms"], platform.cache_bytes())
+    return _verdict("correct", res.reason, **base)
+
+
+def _copy_matching_weights(ref_model, new_model) -> None:
+    """Same seed already gives the same init in KernelBench; copying matching state makes it independent of
+    construction order. Only when every key and shape matches."""
+    ref_sd, new_sd = ref_model.state_dict(), new_model.state_dict()
+    if ref_sd and ref_sd.keys() == new_sd.keys() and all(ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
+        with torch.no_grad():
+            new_model.load_state_dict(ref_sd)
+
+
+def _guard_findings(state: dict, identities: bool = True) -> str:
+    if guards.violations:
+        v = guards.violations[0]
+        return v if "[rule " in v else f"{v} [rule no-threads / sandbox]"
+    changed = guards.changed_state(state, identities)
+    if changed:
+        more = f" (+{len(changed) - 8} more)" if len(changed) > 8 else ""
+        return f"candidate changed {', '.join(changed[:8])}{more} (patched functions, hooks, modes or torch " \
+               f"settings left behind) [rule no-patching]"
+    return ""
+
+
+def _raise_guard_findings(state: dict, identities: bool = True) -> None:
+    """After each candidate call, before the harness computes anything with torch again."""
+    found = _guard_findings(state, identities)
+    if found:
+        raise guards.GuardViolation(found)
+
+
+class TimingFailure(Exception):
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def _describe_exception(where: str, e: BaseException, cand_file: str) -> str:
+    from .child import candidate_frames
+
+    frames = candidate_frames(e, cand_file)
+    msg = str(e).strip().splitlines()
+    text = f"{where} raised {type(e).__name__}: {msg[0][:400] if msg else ''}"
+    if isinstance(e, MemoryError) or any(s in str(e) for s in ("can't allocate memory", "Cannot allocate memory",
+                                                                "out of memory")):
+        text += " — it ran out of memory (the evaluation's memory limit)"
+    if isinstance(e, SystemExit):
+        text += " — candidate code may not exit the evaluation"
+    return f"{text} ({frames})" if frames else text
+
+
+def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, state: dict) -> dict:
+    opts = TimingOptions(**request.get("timing_options", {}))
+    rng = random.Random()
+    policy = get_policy(request.get("tolerance", "default"))
+    models = {"candidate": new_model, "eager": ref_model}
+    out: dict = {"warnings": []}
+    if request.get("baselines", True):
+        with guards.trusted():
+            compiled, compile_s, err = compile_baseline(ref_model, make_inputs(0), platform)
+        if compiled is not None:
+            models["compiled"] = compiled
+            out["torch_compile_s"] = compile_s
+        else:
+            out["warnings"].append(err)
+        state.update(guards.snapshot_state())  # torch.compile is ours; no candidate code ran since the last check
+
+    def verify(what: str, inputs, pristine, outputs: dict, launched: dict) -> None:
+        """Outside the timed region, after every warm-up and timed call: the candidate's timed behaviour must be
+        the checked behaviour (warm-up detection, result caching, lazy outputs, left-behind state)."""
+        if "candidate" not in outputs:
+            return
+        _raise_guard_findings(state, identities=False)
+        if launched.get("candidate", 0) == 0:
+            raise TimingFailure("rejected", f"ModelNew ran no kernel it compiled in {what} (it skipped its kernels "
+                                            f"once timing started: cached or precomputed results?) [rule must-launch]")
+        if not tensors_equal(inputs, pristine):
+            raise TimingFailure("incorrect", f"ModelNew modified its inputs in {what} [rule no-input-mutation]")
+        if "eager" in outputs:
+            c = compare_outputs(outputs["candidate"], outputs["eager"], policy)
+            if not c.passed:
+                # Not presumed a trick: a program wrong on rare inputs (or at a rounding edge) fails here too.
+                raise TimingFailure("incorrect", f"the output of {what} is wrong: {c.detail} (every timed call is "
+                                                 f"checked against eager PyTorch on its own fresh inputs; this fails "
+                                                 f"a program whose behaviour changes once timing starts, such as "
+                                                 f"warm-up detection, caching or lazy outputs, and one that is "
+                                                 f"wrong only on some inputs)")
+
+    summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
+    _raise_guard_findings(state)  # the full check (every patched function), once timing is over
+    out.update({name: summaries.get(name) for name in ("candidate", "eager", "compiled")})
+    eager_ms = summaries["eager"]["median_ms"]
+    if eager_ms < platform.tiny_problem_ms:
+        out["warnings"].append(f"the reference runs in {eager_ms * 1000:.1f} µs: launch and call overhead dominate, "
+                               f"speedups here say little about kernel quality")
+    from ..roofline import roofline
+
+    with guards.trusted():  # FLOP counting imports torch._dynamo lazily, which sets os.environ (audited)
+        out["roofline"] = roofline(ref_model, make_inputs(0), summaries["candidate"]["median_ms"], platform)
+    state.update(guards.snapshot_state())  # lazy imports of ours (flop counter, dynamo) may rebind torch names
+    if out["roofline"].get("suspicious"):
+        out["warnings"].append(out["roofline"]["suspicious"])
+    return out
+
+
+def _profile(platform, new_model, make_inputs) -> dict | None:
+    if not platform.has_profiler:
+        return None
+    inputs = make_inputs(0)
+
+    def call():
+        with guards.untrusted(), torch.no_grad():  # candidate code stays guarded inside the trusted profiler
+            new_model(*inputs)
+
+    try:
+        with guards.trusted():
+            return platform.profile(call)
+    except Exception as e:  # noqa: BLE001 - a profiler failure must not cost the verdict
+        return {"error": f"profiler failed: {type(e).__name__}: {e}"}

@@ -1,0 +1,204 @@
+"""The synthesis loop: a functional pass, then an optimization pass, as one generator of typed events.
+
+    functional step   generate k candidates (in parallel) -> evaluate each (one at a time) -> feedback
+                      -> RETRY until a candidate is correct, then OPTIMIZE (or STOP: budget, no optimization pass)
+    optimization step analyse the best (profile, roofline, timings, screenshots, what was tried)
+                      -> regenerate from the best with the recommendations -> evaluate -> keep the fastest correct
+                      -> OPTIMIZE, or STOP (iterations, patience)
+
+Each step returns a `Next` value and `Synthesis.events` only dispatches on it. Budgets (wall time, tokens) and the
+cancel flag are checked between steps; the cancel flag also at every streamed token. The event stream always ends
+with exactly one `RunFinished`, whatever happens inside (a cancel, a fatal endpoint error, a bug: a bug is reported
+as an event first, then re-raised).
+
+The model's mistakes are data: a compile error, a wrong kernel, a reply without a program end an iteration with
+that status and are fed back to the next generation. An endpoint failure (timeout, 5xx, broken stream after the
+client's retries) also ends the iteration (`no_program`, with the reason) and the loop goes on, until
+`MAX_ENDPOINT_FAILURES` calls in a row have failed; a refusal that would repeat identically (bad key, unknown
+model) stops the run at once.
+
+Evaluations run one at a time: the machine may have two cores, and timing runs must never overlap (a candidate
+timed while another compiles would be measured on a loaded machine). Only the model calls of a best-of-k step run
+in parallel.
+
+Where the parts live: types.py (Attempt, LoopState, Next, the constants), steps.py (a step's agent
+calls and the judging of its candidates), streaming.py (agent calls in threads, tokens as events),
+feedback.py (what the agents are told about earlier attempts). This module decides which step comes next.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from ..agents.base import AnalysisAgent, GenerationAgent
+from ..errors import KForgeError
+from ..eval.evaluator import evaluate
+from .steps import REPLY_EXCERPT_CHARS, CandidateSteps, unified_diff
+from .config import RunConfig
+from .events import ErrorReported, IterationStarted, LoopEvent, PassStarted, RunFinished
+from .feedback import feedback_for, history_entry, optimization_feedback
+from .types import (
+    CANCELLED_ITERATION_STATUS, ENDPOINT_FAILED, FATAL_LLM_ERRORS, FUNCTIONAL, MAX_ENDPOINT_FAILURES, OPTIMIZATION,
+    STATUS_RANK, STOPPED, Attempt, Cancelled, FatalEndpointError, LoopState, Next)
+from ..platform import get_platform
+from ..problem import load_problem
+from ..eval.verdict import Verdict
+
+# The engine's names as they were before its parts moved out (__init__.py, runs.py and callers import them here).
+__all__ = [
+    "Synthesis", "Attempt", "LoopState", "Next", "Cancelled", "FatalEndpointError", "CANCELLED_ITERATION_STATUS",
+    "ENDPOINT_FAILED", "STOPPED", "FUNCTIONAL", "OPTIMIZATION", "MAX_ENDPOINT_FAILURES", "FATAL_LLM_ERRORS",
+    "REPLY_EXCERPT_CHARS", "unified_diff",
+]
+
+
+class Synthesis(CandidateSteps):
+    """One run of the loop. `events()` yields everything that happens; nothing here touches the run store."""
+
+    def __init__(self, config: RunConfig, generation_agent: GenerationAgent, analysis_agent: AnalysisAgent, *,
+                 state: LoopState | None = None, should_cancel: Callable[[], bool] | None = None,
+                 evaluate_fn: Callable[..., Verdict] = evaluate, clock: Callable[[], float] = time.monotonic):
+        config.validate()
+        self.config = config
+        self.generator = generation_agent
+        self.analyzer = analysis_agent
+        self.state = state or LoopState()
+        self._should_cancel = should_cancel or (lambda: False)
+        self._evaluate = evaluate_fn
+        self._clock = clock
+        self._started = clock()
+        self._cancel = threading.Event()  # set on Ctrl-C / cancel so agent threads stop at their next token
+        self.problem = load_problem(text=config.problem_source, name=config.problem_name)
+        self.platform = get_platform(config.target, require_available=True)
+        self._example_problem, self._example_candidate = self.platform.example().read()
+        self._open: dict[int, str] = {}  # iterations started and not finished -> pass
+        self.stop_reason = ""
+        self.finished = False
+
+    # ------------------------------------------------------------------------------------------ dispatch
+    def events(self) -> Iterator[LoopEvent]:
+        """The run as events; always ends with one RunFinished (a bug is re-raised after it)."""
+        try:
+            nxt = Next.OPTIMIZE if self.state.best is not None else Next.RETRY
+            while nxt is not Next.STOP:
+                self._check_cancel()
+                budget = self._budget_spent()
+                if budget:
+                    self.stop_reason = budget
+                    break
+                step = self._functional_step if nxt is Next.RETRY else self._optimization_step
+                nxt = yield from step()
+            yield from self._close(*self._outcome())
+        except (Cancelled, KeyboardInterrupt):
+            self._cancel.set()
+            self.stop_reason = "cancelled"
+            yield from self._close("cancelled", None)
+        except KForgeError as e:  # a typed error a user can act on (endpoint refusal, unusable problem)
+            self._cancel.set()
+            yield ErrorReported(message=str(e), where="loop")
+            yield from self._close("failed", str(e))
+        except Exception as e:
+            self._cancel.set()
+            message = f"internal error: {type(e).__name__}: {e}"
+            yield ErrorReported(message=message, where="loop")
+            yield from self._close("failed", message)
+            raise
+
+    def _outcome(self) -> tuple[str, str | None]:
+        if self.state.best is not None:
+            return "succeeded", None
+        return "failed", self.stop_reason or "no correct program was found"
+
+    def _close(self, status: str, error: str | None) -> Iterator[LoopEvent]:
+        if self.finished:
+            return
+        for index, pass_name in sorted(self._open.items()):
+            yield self._finished(Attempt(index, pass_name, CANCELLED_ITERATION_STATUS,
+                                         f"{STOPPED} ({self.stop_reason or status})", endpoint_failure=True))
+        self.finished = True
+        best = self.state.best
+        yield RunFinished(status=status, error=error, stop_reason=self.stop_reason,
+                          best_iteration=best.iteration if best else None)
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set() or self._should_cancel():
+            self._cancel.set()
+            raise Cancelled()
+
+    def _budget_spent(self) -> str:
+        cfg, st = self.config, self.state
+        elapsed = st.elapsed_before_s + self._clock() - self._started
+        if cfg.max_wall_s is not None and elapsed >= cfg.max_wall_s:
+            return f"wall-clock budget spent ({elapsed:.0f} s of {cfg.max_wall_s:g} s)"
+        if cfg.max_total_tokens is not None and st.tokens_used >= cfg.max_total_tokens:
+            return f"token budget spent ({st.tokens_used} of {cfg.max_total_tokens} tokens)"
+        return ""
+
+    # ------------------------------------------------------------------------------------------ steps
+    def _functional_step(self) -> Iterator[LoopEvent]:
+        cfg, st = self.config, self.state
+        if FUNCTIONAL not in st.passes_started:
+            st.passes_started.add(FUNCTIONAL)
+            yield PassStarted(pass_name=FUNCTIONAL, max_iterations=cfg.max_functional_iters)
+        if st.functional_steps >= cfg.max_functional_iters:
+            self.stop_reason = f"no correct program in {cfg.max_functional_iters} functional step(s)"
+            return Next.STOP
+        st.functional_steps += 1
+        indexes = yield from self._start_iterations(FUNCTIONAL)
+        base = st.last if st.last is not None and st.last.code is not None else None
+        feedback = feedback_for(st.last) if st.last is not None else None
+        attempts = yield from self._generate_and_evaluate(FUNCTIONAL, indexes, base, feedback, [])
+        judged = [a for a in attempts if not a.endpoint_failure]
+        if judged:
+            st.last = min(judged, key=lambda a: (STATUS_RANK.get(a.status, 9), a.iteration))
+        if st.best is not None:
+            if cfg.max_optimization_iters == 0:
+                self.stop_reason = "a correct program was found; no optimization pass was asked for"
+                return Next.STOP
+            return Next.OPTIMIZE
+        if st.functional_steps >= cfg.max_functional_iters:
+            self.stop_reason = f"no correct program in {cfg.max_functional_iters} functional step(s)"
+            return Next.STOP
+        return Next.RETRY
+
+    def _optimization_step(self) -> Iterator[LoopEvent]:
+        cfg, st = self.config, self.state
+        if OPTIMIZATION not in st.passes_started:
+            st.passes_started.add(OPTIMIZATION)
+            yield PassStarted(pass_name=OPTIMIZATION, max_iterations=cfg.max_optimization_iters)
+        if st.optimization_steps >= cfg.max_optimization_iters:
+            self.stop_reason = f"optimization budget spent ({cfg.max_optimization_iters} step(s))"
+            return Next.STOP
+        st.optimization_steps += 1
+        best_before = st.best
+        assert best_before is not None and best_before.code is not None
+        indexes = yield from self._start_iterations(OPTIMIZATION)
+        recommendations = yield from self._analyse(indexes[0], best_before)
+        feedback = optimization_feedback(best_before, st.last_optimization, recommendations)
+        attempts = yield from self._generate_and_evaluate(OPTIMIZATION, indexes, best_before, feedback,
+                                                          recommendations)
+        judged = [a for a in attempts if not a.endpoint_failure]
+        if judged:
+            st.last_optimization = min(judged, key=lambda a: (a.candidate_ms is None, a.candidate_ms or 0.0,
+                                                              STATUS_RANK.get(a.status, 9)))
+        for a in judged:
+            st.history.append(history_entry(a, best_before))
+        improved = st.best is not best_before
+        st.steps_without_improvement = 0 if improved else st.steps_without_improvement + 1
+        if cfg.patience and st.steps_without_improvement >= cfg.patience:
+            self.stop_reason = f"patience: {cfg.patience} optimization step(s) without a faster correct program"
+            return Next.STOP
+        if st.optimization_steps >= cfg.max_optimization_iters:
+            self.stop_reason = f"optimization budget spent ({cfg.max_optimization_iters} step(s))"
+            return Next.STOP
+        return Next.OPTIMIZE
+
+    def _start_iterations(self, pass_name: str) -> Iterator[LoopEvent]:
+        indexes = list(range(self.state.next_iteration, self.state.next_iteration + self.config.best_of_k))
+        self.state.next_iteration += len(indexes)
+        for index in indexes:
+            self._open[index] = pass_name
+            yield IterationStarted(iteration=index, pass_name=pass_name)
+        return indexes

@@ -1,0 +1,282 @@
+"""The loop's typed events. The CLI, the worker (which writes them to the run store) and the tests consume the same
+stream. Each event has a stable `kind` and a JSON-safe `data()` payload; the payload shapes are a stored contract
+(the UI has one renderer per kind), so add keys, never rename them.
+
+Kinds the loop appends with `RunStore.append_event` (payload = `data()`):
+
+    pass_started       {pass, max_iterations}
+    prompt_sent        {iteration, agent: "generation"|"analysis", model, messages}   (image data replaced by a note)
+    tokens             {text, agent}                    (batched by the store's TokenBuffer, per iteration and agent)
+    program_extracted  {iteration, code, language, notes}
+    program_missing    {iteration, error, reply_excerpt}
+    diff               {iteration, against_iteration, unified_diff}
+    compile_log        {iteration, log}
+    verdict            {iteration, verdict: Verdict.to_dict()}
+    timings            {iteration, candidate_ms, eager_ms, compiled_ms, speedup_vs_eager, speedup_vs_compiled,
+                        torch_compile_s}
+    profile            {iteration, profile, roofline}
+    recommendations    {iteration, recommendations: [Recommendation.to_dict()], text, agent_label, analyzed_iteration,
+                        notes}
+    error              {message, where}
+
+Kinds the store writes itself, through the method named (the loop yields them as events all the same, so that
+every consumer sees one stream):
+
+    iteration_started  -> start_iteration     (no event row: the row itself records it)
+    iteration_finished -> finish_iteration    {index, pass, status, reason, candidate_ms, speedup_vs_eager, ...}
+    best_updated       -> set_best            {iteration, speedup_vs_eager, speedup_vs_compiled, candidate_ms}
+    usage              -> add_usage           {prompt_tokens, completion_tokens, agent, model, latency_s, estimated}
+    run_finished       -> finish_run          {status, error, ...}
+
+Iteration indexes are 0-based and global across both passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..agents.base import Recommendation
+
+
+@dataclass(frozen=True)
+class LoopEvent:
+    kind: ClassVar[str] = ""
+    stored_by_store: ClassVar[bool] = False  # True: written through a RunStore method, not append_event
+
+    @property
+    def iteration_index(self) -> int | None:
+        return getattr(self, "iteration", None)
+
+    def data(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class PassStarted(LoopEvent):
+    kind: ClassVar[str] = "pass_started"
+    pass_name: str
+    max_iterations: int
+
+    def data(self) -> dict:
+        return {"pass": self.pass_name, "max_iterations": self.max_iterations}
+
+
+@dataclass(frozen=True)
+class IterationStarted(LoopEvent):
+    kind: ClassVar[str] = "iteration_started"
+    stored_by_store: ClassVar[bool] = True
+    iteration: int
+    pass_name: str
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "pass": self.pass_name}
+
+
+@dataclass(frozen=True)
+class PromptSent(LoopEvent):
+    kind: ClassVar[str] = "prompt_sent"
+    iteration: int
+    agent: str  # "generation" | "analysis"
+    model: str
+    messages: list
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "agent": self.agent, "model": self.model, "messages": self.messages}
+
+
+@dataclass(frozen=True)
+class Tokens(LoopEvent):
+    kind: ClassVar[str] = "tokens"
+    iteration: int
+    agent: str
+    text: str
+
+    def data(self) -> dict:
+        return {"text": self.text, "agent": self.agent}
+
+
+@dataclass(frozen=True)
+class ProgramExtracted(LoopEvent):
+    kind: ClassVar[str] = "program_extracted"
+    iteration: int
+    code: str
+    language: str = "python"
+    notes: str = ""
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "code": self.code, "language": self.language, "notes": self.notes}
+
+
+@dataclass(frozen=True)
+class ProgramMissing(LoopEvent):
+    kind: ClassVar[str] = "program_missing"
+    iteration: int
+    error: str
+    reply_excerpt: str = ""
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "error": self.error, "reply_excerpt": self.reply_excerpt}
+
+
+@dataclass(frozen=True)
+class Diff(LoopEvent):
+    kind: ClassVar[str] = "diff"
+    iteration: int
+    against_iteration: int
+    unified_diff: str
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "against_iteration": self.against_iteration,
+                "unified_diff": self.unified_diff}
+
+
+@dataclass(frozen=True)
+class CompileLog(LoopEvent):
+    kind: ClassVar[str] = "compile_log"
+    iteration: int
+    log: str
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "log": self.log}
+
+
+@dataclass(frozen=True)
+class VerdictReady(LoopEvent):
+    kind: ClassVar[str] = "verdict"
+    iteration: int
+    verdict: dict  # Verdict.to_dict()
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "verdict": self.verdict}
+
+
+@dataclass(frozen=True)
+class Timings(LoopEvent):
+    kind: ClassVar[str] = "timings"
+    iteration: int
+    candidate_ms: float | None
+    eager_ms: float | None
+    compiled_ms: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_compiled: float | None
+    torch_compile_s: float | None
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "candidate_ms": self.candidate_ms, "eager_ms": self.eager_ms,
+                "compiled_ms": self.compiled_ms, "speedup_vs_eager": self.speedup_vs_eager,
+                "speedup_vs_compiled": self.speedup_vs_compiled, "torch_compile_s": self.torch_compile_s}
+
+
+@dataclass(frozen=True)
+class ProfileReady(LoopEvent):
+    kind: ClassVar[str] = "profile"
+    iteration: int
+    profile: dict | None
+    roofline: dict | None
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "profile": self.profile, "roofline": self.roofline}
+
+
+@dataclass(frozen=True)
+class RecommendationsReady(LoopEvent):
+    kind: ClassVar[str] = "recommendations"
+    iteration: int  # the first iteration generated from them
+    recommendations: list[Recommendation]
+    text: str
+    agent_label: str
+    analyzed_iteration: int | None = None  # the (best) iteration whose measurements were analysed
+    notes: str = ""
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "recommendations": [r.to_dict() for r in self.recommendations],
+                "text": self.text, "agent_label": self.agent_label, "analyzed_iteration": self.analyzed_iteration,
+                "notes": self.notes}
+
+
+@dataclass(frozen=True)
+class ErrorReported(LoopEvent):
+    kind: ClassVar[str] = "error"
+    message: str
+    where: str
+    iteration: int | None = None
+
+    def data(self) -> dict:
+        return {"message": self.message, "where": self.where}
+
+
+@dataclass(frozen=True)
+class UsageRecorded(LoopEvent):
+    kind: ClassVar[str] = "usage"
+    stored_by_store: ClassVar[bool] = True
+    iteration: int | None
+    agent: str
+    prompt_tokens: int
+    completion_tokens: int
+    model: str = ""
+    latency_s: float = 0.0
+    estimated: bool = False
+
+    def data(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "agent": self.agent, "model": self.model, "latency_s": self.latency_s, "estimated": self.estimated}
+
+
+@dataclass(frozen=True)
+class IterationFinished(LoopEvent):
+    kind: ClassVar[str] = "iteration_finished"
+    stored_by_store: ClassVar[bool] = True
+    iteration: int
+    pass_name: str
+    status: str  # a verdict status, or "no_program"
+    reason: str
+    code: str | None = None
+    candidate_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compiled: float | None = None
+    verdict: dict | None = None
+    profile: dict | None = None
+    recommendations: list[dict] | None = None
+
+    def data(self) -> dict:
+        return {"index": self.iteration, "pass": self.pass_name, "status": self.status, "reason": self.reason,
+                "candidate_ms": self.candidate_ms, "speedup_vs_eager": self.speedup_vs_eager,
+                "speedup_vs_compiled": self.speedup_vs_compiled}
+
+
+@dataclass(frozen=True)
+class BestUpdated(LoopEvent):
+    kind: ClassVar[str] = "best_updated"
+    stored_by_store: ClassVar[bool] = True
+    iteration: int
+    candidate_ms: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_compiled: float | None
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "speedup_vs_eager": self.speedup_vs_eager,
+                "speedup_vs_compiled": self.speedup_vs_compiled, "candidate_ms": self.candidate_ms}
+
+
+@dataclass(frozen=True)
+class RunFinished(LoopEvent):
+    kind: ClassVar[str] = "run_finished"
+    stored_by_store: ClassVar[bool] = True
+    status: str  # "succeeded" | "failed" | "cancelled"
+    error: str | None = None
+    stop_reason: str = ""  # why the loop stopped, in words ("patience: 3 steps without a faster program")
+    best_iteration: int | None = None
+
+    def data(self) -> dict:
+        return {"status": self.status, "error": self.error, "stop_reason": self.stop_reason,
+                "best_iteration": self.best_iteration}
+
+
+ALL_EVENTS: tuple[type[LoopEvent], ...] = (
+    PassStarted, IterationStarted, PromptSent, Tokens, ProgramExtracted, ProgramMissing, Diff, CompileLog,
+    VerdictReady, Timings, ProfileReady, RecommendationsReady, ErrorReported, UsageRecorded, IterationFinished,
+    BestUpdated, RunFinished,
+)

@@ -1,0 +1,254 @@
+"""One step's work with the agents: the analysis call, the k generation calls, and each candidate judged.
+
+`CandidateSteps` is the half of `Synthesis` (see engine.py) that turns a step's decision into events: it
+records the prompts, streams the replies, accounts the tokens, turns endpoint failures into data (or stops the
+run), evaluates each program (one at a time) and finishes its iteration, updating the best. Which step runs
+next, the budgets and the run's end stay in the engine.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..agents.base import (
+    AnalysisAgent, AnalysisRequest, Feedback, GenerationAgent, GenerationRequest, GenerationResult, Recommendation)
+from ..eval.evaluator import EvalOptions
+from ..llm import LLMError, LLMStreamError
+from .config import RunConfig
+from .events import (
+    BestUpdated, CompileLog, Diff, ErrorReported, IterationFinished, LoopEvent, ProfileReady, ProgramExtracted,
+    ProgramMissing, PromptSent, RecommendationsReady, Timings, UsageRecorded, VerdictReady)
+from .streaming import AgentJob, stream_calls
+from .types import (
+    ENDPOINT_FAILED, FATAL_LLM_ERRORS, MAX_ENDPOINT_FAILURES, OPTIMIZATION, Attempt, Cancelled, FatalEndpointError,
+    LoopState, is_faster)
+from ..eval.verdict import Verdict
+
+REPLY_EXCERPT_CHARS = 2000
+
+
+class CandidateSteps:
+    """Agent calls and candidate evaluation, for `Synthesis`, which sets these attributes."""
+
+    config: RunConfig
+    state: LoopState
+    generator: GenerationAgent
+    analyzer: AnalysisAgent
+    problem: Any
+    platform: Any
+    _evaluate: Callable[..., Verdict]
+    _cancel: threading.Event
+    _open: dict[int, str]  # iterations started and not finished -> pass
+    _example_problem: str
+    _example_candidate: str
+    _check_cancel: Callable[[], None]  # raises Cancelled once the run is asked to stop
+
+    # ------------------------------------------------------------------------------------------ analysis
+    def _analyse(self, iteration: int, best: Attempt) -> Iterator[LoopEvent]:
+        verdict = best.verdict
+        request = AnalysisRequest(
+            program=best.code or "", problem_source=self.problem.source, target=self.platform.name,
+            platform_title=self.platform.title, profile=verdict.profile if verdict else None,
+            roofline=verdict.roofline if verdict else None, candidate_ms=best.candidate_ms,
+            eager_ms=verdict.eager_ms if verdict else None, compiled_ms=verdict.compiled_ms if verdict else None,
+            screenshots=[Path(p).expanduser().read_bytes() for p in self.config.screenshots],
+            history=list(self.state.history))
+        agent = self.analyzer
+        # LLM agents say what they will send before the call (so the record reads prompt, then the streamed reply);
+        # rule-based agents have no prompt method, and their result's `prompt` (if any) is recorded afterwards.
+        prompt = getattr(agent, "prompt", None)
+        if prompt is not None:
+            yield PromptSent(iteration=iteration, agent="analysis", model=_model_name(agent),
+                             messages=_for_record(prompt(request)))
+        outcome = yield from self._stream({iteration: lambda on_token: agent.analyze(request, on_token)}, "analysis")
+        result, error = outcome[iteration]
+        if error is not None:
+            yield from self._endpoint_failure(error, "analysis", iteration)
+            return []
+        self.state.endpoint_failures_in_a_row = 0
+        yield from self._usage(iteration, "analysis", result.usage)
+        notes = "; ".join(n for n in (getattr(result, "notes", ""), result.error or "") if n)
+        yield RecommendationsReady(iteration=iteration, recommendations=list(result.recommendations),
+                                   text=result.text, agent_label=agent.label, analyzed_iteration=best.iteration,
+                                   notes=notes)
+        return list(result.recommendations)
+
+    # ------------------------------------------------------------------------------------------ generation
+    def _request(self, pass_name: str, iteration: int, base: Attempt | None,
+                 feedback: Feedback | None) -> GenerationRequest:
+        p = self.platform
+        return GenerationRequest(
+            problem_source=self.problem.source, problem_name=self.problem.name, target=p.name,
+            platform_title=p.title, example_problem=self._example_problem, example_candidate=self._example_candidate,
+            kernel_language=p.kernel_language, pass_name=pass_name, iteration=iteration,
+            previous_program=base.code if base is not None else None, feedback=feedback,
+            reference_program=self.config.reference_program, reference_target=self.config.reference_target,
+            candidate_api=tuple(p.candidate_api), platform_module=p.module_name)
+
+    def _generate_and_evaluate(self, pass_name: str, indexes: list[int], base: Attempt | None,
+                               feedback: Feedback | None,
+                               recommendations: list[Recommendation]) -> Iterator[LoopEvent]:
+        agent = self.generator
+        requests = {i: self._request(pass_name, i, base, feedback) for i in indexes}
+        prompt = getattr(agent, "prompt", None)  # see _analyse
+        if prompt is not None:
+            for i, request in requests.items():
+                yield PromptSent(iteration=i, agent="generation", model=_model_name(agent),
+                                 messages=_for_record(prompt(request)))
+        jobs = {i: (lambda on_token, r=request: agent.generate(r, on_token)) for i, request in requests.items()}
+        outcomes = yield from self._stream(jobs, "generation")
+        attempts = []
+        for i in indexes:
+            self._check_cancel()
+            result, error = outcomes[i]
+            if error is not None:
+                attempt = yield from self._endpoint_failure(error, "generation", i, pass_name)
+            else:
+                self.state.endpoint_failures_in_a_row = 0
+                if prompt is None and result.prompt:
+                    yield PromptSent(iteration=i, agent="generation", model=_model_name(agent),
+                                     messages=_for_record(result.prompt))
+                yield from self._usage(i, "generation", result.usage)
+                attempt = yield from self._judge(i, pass_name, result, base, recommendations)
+            attempts.append(attempt)
+            if attempt.endpoint_failure and self.state.endpoint_failures_in_a_row >= MAX_ENDPOINT_FAILURES:
+                raise FatalEndpointError(f"the model endpoint failed {MAX_ENDPOINT_FAILURES} times in a row; "
+                                         f"last error: {attempt.reason}")
+        return attempts
+
+    def _stream(self, jobs: dict[int, AgentJob], agent: str) -> Iterator[LoopEvent]:
+        return (yield from stream_calls(jobs, agent, self._cancel, self._check_cancel))
+
+    # ------------------------------------------------------------------------------------------ evaluation
+    def _judge(self, i: int, pass_name: str, result: GenerationResult, base: Attempt | None,
+               recommendations: list[Recommendation]) -> Iterator[LoopEvent]:
+        recs = [r.to_dict() for r in recommendations] or None
+        if result.program is None:
+            error = result.error or "the reply held no program"
+            yield ProgramMissing(iteration=i, error=error, reply_excerpt=_excerpt(result.reply_text))
+            attempt = Attempt(i, pass_name, "no_program", error, recommendations=recommendations)
+            yield self._finished(attempt, recs)
+            return attempt
+        code = result.program
+        yield ProgramExtracted(iteration=i, code=code, language="python", notes=result.notes)
+        if base is not None and base.code is not None:
+            yield Diff(iteration=i, against_iteration=base.iteration, unified_diff=unified_diff(base, i, code))
+        self._check_cancel()
+        verdict = self._evaluate(self.problem, code, self.platform.name, self._eval_options(pass_name))
+        if verdict.compile_log.strip():
+            yield CompileLog(iteration=i, log=verdict.compile_log)
+        yield VerdictReady(iteration=i, verdict=verdict.to_dict())
+        if verdict.candidate is not None:
+            yield Timings(iteration=i, candidate_ms=verdict.candidate_ms, eager_ms=verdict.eager_ms,
+                          compiled_ms=verdict.compiled_ms, speedup_vs_eager=verdict.speedup_vs_eager,
+                          speedup_vs_compiled=verdict.speedup_vs_compiled, torch_compile_s=verdict.torch_compile_s)
+        if verdict.profile is not None or verdict.roofline is not None:
+            yield ProfileReady(iteration=i, profile=verdict.profile, roofline=verdict.roofline)
+        attempt = Attempt(i, pass_name, verdict.status, verdict.reason, code, verdict, recommendations)
+        yield self._finished(attempt, recs)
+        if attempt.correct and is_faster(attempt, self.state.best):
+            self.state.best = attempt
+            yield BestUpdated(iteration=i, candidate_ms=verdict.candidate_ms,
+                              speedup_vs_eager=verdict.speedup_vs_eager,
+                              speedup_vs_compiled=verdict.speedup_vs_compiled, eager_ms=verdict.eager_ms,
+                              compiled_ms=verdict.compiled_ms)
+        return attempt
+
+    def _eval_options(self, pass_name: str) -> EvalOptions:
+        cfg = self.config
+        # The evaluator times and profiles only correct candidates, so failures cost nothing extra. A correct
+        # functional candidate becomes the best the analysis agent reads, so it is profiled too whenever an
+        # optimization pass follows: re-running it just for a profile would cost another child process.
+        profile = self.platform.has_profiler and (pass_name == OPTIMIZATION or cfg.max_optimization_iters > 0)
+        return EvalOptions(tolerance=cfg.tolerance, timing=True, baselines=cfg.eval_baselines, profile=profile,
+                           size_class=cfg.size_class, timeout_s=cfg.eval_timeout_s,
+                           timing_options=dict(cfg.eval_timing_options))
+
+    def _finished(self, attempt: Attempt, recommendations: list[dict] | None = None) -> IterationFinished:
+        self._open.pop(attempt.iteration, None)
+        v = attempt.verdict
+        return IterationFinished(
+            iteration=attempt.iteration, pass_name=attempt.pass_name, status=attempt.status, reason=attempt.reason,
+            code=attempt.code, candidate_ms=v.candidate_ms if v else None,
+            speedup_vs_eager=v.speedup_vs_eager if v else None,
+            speedup_vs_compiled=v.speedup_vs_compiled if v else None, verdict=v.to_dict() if v else None,
+            profile=v.profile if v else None, recommendations=recommendations)
+
+    # ------------------------------------------------------------------------------------------ failures, usage
+    def _endpoint_failure(self, error: BaseException, where: str, iteration: int,
+                          pass_name: str | None = None) -> Iterator[LoopEvent]:
+        """An agent call raised: cancel and bugs propagate; endpoint errors become data (or stop the run)."""
+        if isinstance(error, (Cancelled, KeyboardInterrupt)):
+            raise Cancelled() from None
+        if not isinstance(error, LLMError):
+            raise error
+        message = f"{ENDPOINT_FAILED} ({where}): {error}"
+        yield ErrorReported(message=message, where=where, iteration=iteration)
+        if isinstance(error, FATAL_LLM_ERRORS):
+            raise FatalEndpointError(message) from None
+        self.state.endpoint_failures_in_a_row += 1
+        if pass_name is None:  # analysis: the generation goes on without recommendations
+            if self.state.endpoint_failures_in_a_row >= MAX_ENDPOINT_FAILURES:
+                raise FatalEndpointError(f"the model endpoint failed {MAX_ENDPOINT_FAILURES} times in a row; "
+                                         f"last error: {error}")
+            return None
+        partial = error.partial_text if isinstance(error, LLMStreamError) else ""
+        yield ProgramMissing(iteration=iteration, error=message, reply_excerpt=_excerpt(partial))
+        attempt = Attempt(iteration, pass_name, "no_program", message, endpoint_failure=True)
+        yield self._finished(attempt)
+        return attempt
+
+    def _usage(self, iteration: int, agent: str, usage) -> Iterator[LoopEvent]:
+        tokens = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0)
+        if tokens == 0:
+            return  # a rule-based agent: nothing to account
+        self.state.tokens_used += tokens
+        yield UsageRecorded(iteration=iteration, agent=agent, prompt_tokens=usage.prompt_tokens,
+                            completion_tokens=usage.completion_tokens, model=usage.model, latency_s=usage.latency_s,
+                            estimated=usage.estimated)
+
+
+# ---------------------------------------------------------------------------------------------- record helpers
+
+
+def unified_diff(base: Attempt, iteration: int, code: str) -> str:
+    return "".join(difflib.unified_diff(
+        (base.code or "").splitlines(keepends=True), code.splitlines(keepends=True),
+        fromfile=f"iteration {base.iteration}", tofile=f"iteration {iteration}"))
+
+
+def _excerpt(text: str) -> str:
+    text = text or ""
+    if len(text) <= REPLY_EXCERPT_CHARS:
+        return text
+    half = REPLY_EXCERPT_CHARS // 2
+    return text[:half] + f"\n… ({len(text) - 2 * half} characters) …\n" + text[-half:]
+
+
+def _model_name(agent: Any) -> str:
+    return getattr(agent, "model", None) or agent.label
+
+
+def _for_record(messages: list[dict]) -> list[dict]:
+    """Messages as stored in `prompt_sent`: image data URLs (megabytes of base64) replaced by a short note."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    url = (part.get("image_url") or {}).get("url", "")
+                    mime = url[5:url.find(";")] if url.startswith("data:") and ";" in url else "image"
+                    parts.append({"type": "image_url",
+                                  "image_url": {"url": f"[{mime}, {math.ceil(len(url) * 3 / 4)} bytes, not stored]"}})
+                else:
+                    parts.append(part)
+            m = {**m, "content": parts}
+        out.append(m)
+    return out

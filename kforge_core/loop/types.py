@@ -1,0 +1,93 @@
+"""The loop's vocabulary: pass names, the step outcomes (`Next`), its exceptions, one candidate's outcome
+(`Attempt`) and where a run stands between steps (`LoopState`). Shared by the engine, its steps and the resume
+code; nothing here runs anything."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ..agents.base import Recommendation
+from ..errors import KForgeError
+from ..llm import LLMAuthError, LLMConfigError, LLMRequestError
+from ..store import ITERATION_STATUSES
+from ..eval.verdict import Verdict
+
+FUNCTIONAL, OPTIMIZATION = "functional", "optimization"
+MAX_ENDPOINT_FAILURES = 3  # model calls failing in a row (after the client's own retries) before the run stops
+# The store has no "cancelled" iteration status yet; until it does, an iteration cut short without a verdict is
+# recorded as "no_program" with a reason that says it was cancelled.
+CANCELLED_ITERATION_STATUS = "cancelled" if "cancelled" in ITERATION_STATUSES else "no_program"
+# Endpoint refusals that a retry cannot fix: the run stops instead of burning iterations on them.
+FATAL_LLM_ERRORS = (LLMAuthError, LLMConfigError, LLMRequestError)
+# How promising a failed attempt is, to pick which of a best-of-k step the next step builds on.
+STATUS_RANK = {"correct": 0, "incorrect": 1, "runtime_error": 2, "timeout": 3, "compile_error": 4, "rejected": 5,
+               "no_program": 6}
+
+
+# Reasons that say an iteration was never a judgement of the model's work (so it is not fed back as its mistake).
+ENDPOINT_FAILED = "the model endpoint failed"
+STOPPED = "stopped before a verdict"
+
+
+class Next(StrEnum):
+    RETRY = "retry"  # another functional step
+    OPTIMIZE = "optimize"  # an optimization step
+    STOP = "stop"
+
+
+class Cancelled(Exception):
+    """The run was asked to stop (cancel flag, Ctrl-C); raised at the next check point."""
+
+
+class FatalEndpointError(KForgeError):
+    """The model endpoint refused in a way retrying cannot fix, or failed too often in a row."""
+
+
+@dataclass
+class Attempt:
+    """One candidate's outcome, as the loop remembers it (also rebuilt from the store on resume)."""
+
+    iteration: int
+    pass_name: str
+    status: str
+    reason: str
+    code: str | None = None
+    verdict: Verdict | None = None
+    recommendations: list[Recommendation] = field(default_factory=list)
+    endpoint_failure: bool = False  # no program because the endpoint failed (or the run stopped), not the model
+
+    @property
+    def candidate_ms(self) -> float | None:
+        return self.verdict.candidate_ms if self.verdict else None
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "correct"
+
+
+@dataclass
+class LoopState:
+    """Where a run stands between steps. Fresh for a new run; `loop_state.restore_state` rebuilds it on resume."""
+
+    next_iteration: int = 0
+    functional_steps: int = 0
+    optimization_steps: int = 0
+    steps_without_improvement: int = 0
+    best: Attempt | None = None
+    last: Attempt | None = None  # the attempt the next functional generation builds on
+    last_optimization: Attempt | None = None  # the latest optimization attempt (its failure is fed back)
+    history: list[dict] = field(default_factory=list)  # for the analysis agent: what was tried, what it gave
+    tokens_used: int = 0
+    elapsed_before_s: float = 0.0  # wall time spent before a resume
+    passes_started: set[str] = field(default_factory=set)
+    endpoint_failures_in_a_row: int = 0
+
+
+def is_faster(attempt: Attempt, best: Attempt | None) -> bool:
+    """Whether `attempt` should replace `best` (any attempt beats none; an untimed one beats no timed best)."""
+    if best is None:
+        return True
+    if attempt.candidate_ms is None:
+        return False
+    return best.candidate_ms is None or attempt.candidate_ms < best.candidate_ms

@@ -1,0 +1,90 @@
+"""Candidate formats the built-in generator writes, chosen from the target platform's declared attributes
+(its `candidate_api` and `formats`), never from its name.
+
+- `compile_cpp` (ctypes C++, the CPU target): `codegen_cpu`;
+- `compile_cuda` (NVRTC/nvcc helper) or KernelBench `load_inline`: `codegen_cuda`;
+- `triton` (`@triton.jit` kernels launched from Python): `codegen_triton`;
+- `compile_metal` (Metal shading language): `codegen_metal`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from . import cpu as codegen_cpu, emit
+from ..plan.plans import ProgramPlan
+from ..schedule import Schedule
+
+
+@dataclass
+class Target:
+    name: str
+    title: str
+    device_type: str
+    module: str  # platforms.<name>
+    candidate_api: tuple
+    formats: tuple
+    kernel_language: str
+
+
+class Backend:
+    kind = ""
+    device_type = "cpu"
+    fuses_cat = False  # evaluates `cat` primitives; without it `torch.cat` stays in PyTorch
+    # tensor dtypes besides float32 its kernels read, write and round to (bf16/fp16 storage, math in float, as
+    # PyTorch computes them); without them half-precision operands, casts and elementwise ops stay in PyTorch
+    half_dtypes: tuple = ()
+
+    def program(self, plan: ProgramPlan, desc: dict, sched: Schedule, target: Target, header: str,
+                marker: str) -> str:
+        raise NotImplementedError
+
+    def refine(self, plan: ProgramPlan, sched: Schedule) -> ProgramPlan:
+        """The plan as this writer's kernels will run it (a writer may fold kernels together); by default as is."""
+        return plan
+
+
+class CppCtypesBackend(Backend):
+    kind = "cpp-ctypes"
+    fuses_cat = True
+    half_dtypes = ("bfloat16", "float16")
+
+    def program(self, plan, desc, sched, target, header, marker):
+        src = codegen_cpu.source(plan.kernels, sched)
+        flags = codegen_cpu.cflags(sched)
+        tail = [f"self.kf_lib = compile_cpp(SOURCE, extra_cflags={flags!r})"]
+        return emit.candidate(plan, desc, header=header, marker=marker,
+                              imports=[f"from {target.module} import compile_cpp"], source_name="SOURCE",
+                              source_text=src, init_tail=tail,
+                              launch=lambda kp, names: codegen_cpu.launch_lines(kp, names))
+
+
+def select_backend(target: Target) -> Backend | None:
+    api = set(target.candidate_api)
+    if "compile_cpp" in api:
+        return CppCtypesBackend()
+    try:
+        from .cuda import writer as codegen_cuda
+        from . import metal as codegen_metal, triton as codegen_triton
+    except ImportError:  # pragma: no cover - the GPU writers are optional
+        return None
+    if "compile_metal" in api:
+        return codegen_metal.MetalBackend()
+    if target.kernel_language == "python" or "triton" in target.formats or "triton" in api:
+        return codegen_triton.TritonBackend()
+    if "compile_cuda" in api or "load_inline" in target.formats or target.kernel_language == "cuda":
+        return codegen_cuda.CudaBackend()
+    return None
+
+
+def target_info(name: str) -> Target:
+    from kforge_core.platform import get_platform
+
+    p = get_platform(name)
+    return Target(p.name, p.title, p.device_type, p.module_name or f"platforms.{p.name}", tuple(p.candidate_api),
+                  tuple(p.formats), p.kernel_language)
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, sort_keys=True)

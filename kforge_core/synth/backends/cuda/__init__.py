@@ -1,0 +1,2 @@
+"""The CUDA writer (`writer.CudaBackend`) and its parts: statement `emitter`, device `prelude`, `launch` lines,
+register `rowcache`, shared-memory `rowcopy`, GroupNorm `pipeline`."""
