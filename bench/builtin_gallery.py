@@ -39,12 +39,8 @@ from kforge_core.problem import load_problem  # noqa: E402
 
 
 def _request(platform, problem, pass_name: str, iteration: int, previous=None, feedback=None):
-    ex_p, ex_c = platform.example().read()
-    return GenerationRequest(problem_source=problem.source, problem_name=problem.name, target=platform.name,
-                             platform_title=platform.title, example_problem=ex_p, example_candidate=ex_c,
-                             kernel_language=platform.kernel_language, pass_name=pass_name, iteration=iteration,
-                             previous_program=previous, feedback=feedback, candidate_api=tuple(platform.candidate_api),
-                             platform_module=platform.module_name)
+    return GenerationRequest(problem_source=problem.source, problem_name=problem.name, spec=platform.spec(),
+                             pass_name=pass_name, iteration=iteration, previous_program=previous, feedback=feedback)
 
 
 def _fmt(x, spec=".3g", none="-"):
@@ -86,7 +82,7 @@ def run_problem(gp, platform, gen, ana, args) -> dict:
     history = []
     for step in range(1, args.moves + 1):
         analysis = ana.analyze(AnalysisRequest(
-            program=best_code, problem_source=problem.source, target=platform.name, platform_title=platform.title,
+            program=best_code, problem_source=problem.source, spec=platform.spec(),
             profile=best.profile, roofline=best.roofline, candidate_ms=best.candidate_ms, eager_ms=best.eager_ms,
             compiled_ms=best.compiled_ms, history=history))
         if not analysis.recommendations:

@@ -62,6 +62,22 @@ class Timer:
         return (self._clock() - t0) / 1e6
 
 
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target as the agents see it, resolved once from its platform and passed on by value (the loop resolves it
+    when a run starts; generation and analysis requests carry it; the built-in compiler picks its writer from it)."""
+
+    name: str  # the --target value
+    title: str
+    device_type: str
+    module: str  # the importable module candidates use, e.g. "platforms.cpu"
+    candidate_api: tuple[str, ...]
+    formats: tuple[str, ...]
+    kernel_language: str
+    example_problem: str = ""  # the single-shot example's text
+    example_candidate: str = ""
+
+
 class Platform:
     # --- declared attributes (capabilities); subclasses override ---
     name: str = ""
@@ -98,6 +114,14 @@ class Platform:
     def example(self) -> Example:
         d = EXAMPLES_DIR / self.name
         return Example(problem=d / "problem.py", candidate=d / "candidate.py")
+
+    def spec(self) -> TargetSpec:
+        """This target as a value for the agents (its single-shot example read from disk)."""
+        example_problem, example_candidate = self.example().read()
+        return TargetSpec(name=self.name, title=self.title or self.name, device_type=self.device_type,
+                          module=self.module_name or f"platforms.{self.name}", candidate_api=tuple(self.candidate_api),
+                          formats=tuple(self.formats), kernel_language=self.kernel_language,
+                          example_problem=example_problem, example_candidate=example_candidate)
 
     # --- used inside the evaluation child only ---
     def device(self):

@@ -13,6 +13,7 @@ from kforge_core.agents.llm_generation import LLMGenerationAgent, join_continuat
 from kforge_core.errors import UsageError
 from kforge_core.llm import LLMClient, LLMServerError, LLMStreamError
 from kforge_core.loop.config import RunConfig
+from kforge_core.platform import TargetSpec
 from tests.fakes.openai_server import (FakeOpenAIServer, empty_choices, image_rejected, rate_limited, reply,
                                        server_error, truncated)
 
@@ -33,17 +34,20 @@ def client(server):
         yield c
 
 
+CPU_SPEC = TargetSpec(name="cpu", title="CPU", device_type="cpu", module="platforms.cpu",
+                      candidate_api=("compile_cpp",), formats=("ctypes",), kernel_language="cpp",
+                      example_problem="# example problem", example_candidate="# example candidate")
+
+
 def gen_request(**kw) -> GenerationRequest:
-    values = dict(problem_source="class Model: ...", problem_name="relu", target="cpu", platform_title="CPU",
-                  example_problem="# example problem", example_candidate="# example candidate",
-                  kernel_language="cpp", pass_name="functional", iteration=0, candidate_api=("compile_cpp",),
-                  platform_module="platforms.cpu")
+    values = dict(problem_source="class Model: ...", problem_name="relu", spec=CPU_SPEC, pass_name="functional",
+                  iteration=0)
     values.update(kw)
     return GenerationRequest(**values)
 
 
 def analysis_request(**kw) -> AnalysisRequest:
-    values = dict(program=PROGRAM, problem_source="class Model: ...", target="cpu", platform_title="CPU",
+    values = dict(program=PROGRAM, problem_source="class Model: ...", spec=CPU_SPEC,
                   profile=None, roofline=None, candidate_ms=0.5, eager_ms=0.1, compiled_ms=None)
     values.update(kw)
     return AnalysisRequest(**values)

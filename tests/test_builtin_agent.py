@@ -217,12 +217,8 @@ def agent() -> BuiltinGenerationAgent:
 
 def _request(source: str, name: str, pass_name: str = "functional", previous: str | None = None,
              feedback: Feedback | None = None, iteration: int = 0) -> GenerationRequest:
-    ex_problem, ex_candidate = CPU.example().read()
-    return GenerationRequest(problem_source=source, problem_name=name, target="cpu", platform_title=CPU.title,
-                             example_problem=ex_problem, example_candidate=ex_candidate,
-                             kernel_language=CPU.kernel_language, pass_name=pass_name, iteration=iteration,
-                             previous_program=previous, feedback=feedback, candidate_api=CPU.candidate_api,
-                             platform_module=CPU.module_name)
+    return GenerationRequest(problem_source=source, problem_name=name, spec=CPU.spec(), pass_name=pass_name,
+                             iteration=iteration, previous_program=previous, feedback=feedback)
 
 
 def _judge(source: str, program: str, name: str = "p"):
@@ -489,7 +485,7 @@ ROOF = {"bytes": 8e6, "flops": 1e6, "bandwidth_gbs": 10.0, "fp32_tflops": 0.1, "
 
 
 def _analysis(program: str, profile: dict | None, history=()) -> AnalysisRequest:
-    return AnalysisRequest(program=program, problem_source=SOFTMAX_CHAIN, target="cpu", platform_title=CPU.title,
+    return AnalysisRequest(program=program, problem_source=SOFTMAX_CHAIN, spec=CPU.spec(),
                            profile=profile, roofline=dict(ROOF), candidate_ms=2.0, eager_ms=3.0, compiled_ms=1.5,
                            history=list(history))
 
@@ -550,7 +546,7 @@ def test_measured_profile_feeds_the_analysis(agent):
     # a CPU profile times the host: no device-time share of the floor is made from it
     assert "device_ms" not in verdict.roofline and "pct_of_roofline_device" not in verdict.roofline
     analysis = BuiltinAnalysisAgent().analyze(AnalysisRequest(
-        program=res.program, problem_source=SOFTMAX_CHAIN, target="cpu", platform_title=CPU.title,
+        program=res.program, problem_source=SOFTMAX_CHAIN, spec=CPU.spec(),
         profile=verdict.profile, roofline=verdict.roofline, candidate_ms=verdict.candidate_ms,
         eager_ms=verdict.eager_ms, compiled_ms=None))
     assert analysis.recommendations, analysis.text

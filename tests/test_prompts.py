@@ -18,13 +18,8 @@ COMPILE_LOG = "candidate line 9 (kernel line 4): error: expected ';' before '}' 
 
 
 def request(**overrides) -> GenerationRequest:
-    platform = get_platform("cpu")
-    example_problem, example_candidate = platform.example().read()
-    values = dict(problem_source=(FIXTURES / "problem_relu.py").read_text(), problem_name="relu", target="cpu",
-                  platform_title=platform.title, example_problem=example_problem,
-                  example_candidate=example_candidate, kernel_language=platform.kernel_language,
-                  pass_name="functional", iteration=0, candidate_api=platform.candidate_api,
-                  platform_module=platform.module_name)
+    values = dict(problem_source=(FIXTURES / "problem_relu.py").read_text(), problem_name="relu",
+                  spec=get_platform("cpu").spec(), pass_name="functional", iteration=0)
     values.update(overrides)
     return GenerationRequest(**values)
 
@@ -38,8 +33,8 @@ def user_text(req: GenerationRequest) -> str:
 def test_first_prompt_has_task_example_problem_and_rules():
     req = request()
     text = user_text(req)
-    assert "relu" in text and req.platform_title in text
-    assert req.example_problem.strip() in text and req.example_candidate.strip() in text  # single-shot example
+    assert "relu" in text and req.spec.title in text
+    assert req.spec.example_problem.strip() in text and req.spec.example_candidate.strip() in text  # single-shot example
     assert req.problem_source.strip() in text
     for rule in RULES:
         assert rule.summary in text
@@ -95,7 +90,7 @@ def test_long_compiler_output_is_clipped():
 
 def test_analysis_prompt_has_program_measurements_and_history():
     req = AnalysisRequest(
-        program="class ModelNew: ...", problem_source="class Model: ...", target="cpu", platform_title="CPU",
+        program="class ModelNew: ...", problem_source="class Model: ...", spec=get_platform("cpu").spec(),
         profile={"tool": "torch.profiler", "per_forward_ms": 0.4, "custom_share": 0.9, "launches_per_forward": 1,
                  "kernels": [{"name": "kforge::relu", "ms_per_forward": 0.36, "share": 0.9, "calls_per_forward": 1,
                               "custom": True}], "notes": ["aten::empty_like takes 10% of the time"],
@@ -115,7 +110,7 @@ def test_analysis_prompt_has_program_measurements_and_history():
 
 
 def test_analysis_prompt_without_profile_says_so():
-    req = AnalysisRequest(program="p", problem_source="q", target="cpu", platform_title="CPU", profile=None,
+    req = AnalysisRequest(program="p", problem_source="q", spec=get_platform("cpu").spec(), profile=None,
                           roofline=None, candidate_ms=None, eager_ms=None, compiled_ms=None)
     _, user = analysis_messages_text(req)
     assert "(no profile" in user and "(not measured)" in user and "(unknown)" in user
@@ -127,7 +122,7 @@ def test_templates_are_files_and_can_be_overridden(tmp_path, monkeypatch):
     monkeypatch.setenv("KFORGE_PROMPTS_DIR", str(tmp_path))
     text = user_text(request())
     assert "CUSTOM TASK for relu; costs $0" in text
-    assert request().example_candidate.strip() in text  # the other templates still come from assets/prompts
+    assert request().spec.example_candidate.strip() in text  # the other templates still come from assets/prompts
 
 
 def test_unknown_slot_is_a_clear_error(tmp_path, monkeypatch):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
+from ..platform import TargetSpec
+
 TokenSink = Callable[[str], None]
 
 
@@ -57,19 +59,13 @@ class Feedback:
 class GenerationRequest:
     problem_source: str
     problem_name: str
-    target: str  # platform name
-    platform_title: str
-    example_problem: str  # the platform's single-shot example
-    example_candidate: str
-    kernel_language: str
+    spec: TargetSpec  # the target: name, title, candidate module and API, kernel language, single-shot example
     pass_name: str  # "functional" | "optimization"
     iteration: int
     previous_program: str | None = None
     feedback: Feedback | None = None
     reference_program: str | None = None  # a working program for another platform
     reference_target: str | None = None
-    candidate_api: tuple[str, ...] = ()
-    platform_module: str = ""
 
 
 @dataclass
@@ -86,8 +82,7 @@ class GenerationResult:
 class AnalysisRequest:
     program: str
     problem_source: str
-    target: str
-    platform_title: str
+    spec: TargetSpec
     profile: dict | None  # kforge_core.profiling summary
     roofline: dict | None
     candidate_ms: float | None

@@ -16,7 +16,6 @@ import time
 from .base import AnalysisRequest, AnalysisResult, Recommendation, TokenSink, Usage
 from ..synth.schedule import CATALOGUE, LABEL, MOVE_TITLES, Schedule, read_marker
 
-_GPU_HINTS = re.compile(r"__global__|@triton\.jit|kernel void|threadIdx|tl\.program_id")
 
 
 def _moves_in_history(history: list[dict]) -> set:
@@ -76,7 +75,7 @@ class BuiltinAnalysisAgent:
     # --------------------------------------------------------------------------------------------------
     def _analyze(self, req: AnalysisRequest) -> AnalysisResult:
         marker = read_marker(req.program)
-        gpu = self._is_gpu(req, marker)
+        gpu = req.spec.device_type != "cpu"
         sched = Schedule.from_dict(marker.get("schedule", {})) if marker else _infer_schedule(req.program, gpu)
         tried = _moves_in_history(req.history)
         facts = self._facts(req, marker)
@@ -160,15 +159,6 @@ class BuiltinAnalysisAgent:
         if tried:
             lines.append(f"Already tried: {', '.join(sorted(tried))}.")
         return AnalysisResult(recommendations=out, text="\n".join(lines))
-
-    @staticmethod
-    def _is_gpu(req: AnalysisRequest, marker: dict | None) -> bool:
-        try:
-            from kforge_core.platform import get_platform
-
-            return get_platform(req.target).device_type != "cpu"
-        except Exception:  # noqa: BLE001 - unknown target: read the program
-            return bool(_GPU_HINTS.search(req.program or ""))
 
     @staticmethod
     def _facts(req: AnalysisRequest, marker: dict | None) -> dict:

@@ -15,7 +15,8 @@ import threading
 import time
 
 from .base import GenerationRequest, GenerationResult, TokenSink, Usage
-from ..synth.backends import Target, select_backend, target_info
+from ..platform import TargetSpec, get_platform
+from ..synth.backends import select_backend
 from ..synth.plan.fusion import build_plan
 from ..synth.lower.graph import CannotEmit, lower
 from ..synth.plan.plans import ProgramPlan
@@ -76,17 +77,17 @@ class BuiltinGenerationAgent:
             on_token(result.reply_text)
         return result
 
-    def synthesize(self, problem_source: str, target: str, schedule: Schedule | None = None,
+    def synthesize(self, problem_source: str, target: str | TargetSpec, schedule: Schedule | None = None,
                    problem_name: str = "problem") -> GenerationResult:
-        """One candidate for an explicit schedule (tests, bench)."""
+        """One candidate for an explicit schedule (tests, bench); `target` by name or as a resolved spec."""
         try:
-            tinfo = target_info(target)
+            tinfo = get_platform(target).spec() if isinstance(target, str) else target
         except Exception as e:  # noqa: BLE001 - unknown target
             return GenerationResult(program=None, error=str(e))
         return self._build(problem_source, problem_name, tinfo, schedule or Schedule(), move=None)
 
     # --- internals -----------------------------------------------------------------------------------
-    def _size_class(self, tinfo: Target) -> str | None:
+    def _size_class(self, tinfo: TargetSpec) -> str | None:
         if self.size_class == "auto":
             return "cpu" if tinfo.device_type == "cpu" else None
         return self.size_class
@@ -107,10 +108,7 @@ class BuiltinGenerationAgent:
         return hit
 
     def _generate(self, req: GenerationRequest) -> GenerationResult:
-        try:
-            tinfo = target_info(req.target)
-        except Exception as e:  # noqa: BLE001
-            return GenerationResult(program=None, error=f"unknown target {req.target!r}: {e}")
+        tinfo = req.spec
         prev = read_marker(req.previous_program)
         ours = prev is not None and prev.get("problem") == _digest(req.problem_source) and \
             prev.get("target") == tinfo.name
@@ -159,7 +157,7 @@ class BuiltinGenerationAgent:
         return GenerationResult(program=None, error=(
             f"the built-in move catalogue is exhausted for this program (applied: {applied}); nothing left to try"))
 
-    def _build(self, source: str, name: str, tinfo: Target, sched: Schedule, move: str | None) -> GenerationResult:
+    def _build(self, source: str, name: str, tinfo: TargetSpec, sched: Schedule, move: str | None) -> GenerationResult:
         backend = select_backend(tinfo)
         if backend is None:
             return GenerationResult(program=None, error=(

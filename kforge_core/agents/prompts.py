@@ -70,15 +70,15 @@ def rules_text() -> str:
 
 def generation_messages(request: GenerationRequest) -> list[dict]:
     """The system and user messages for one generation call."""
-    api = ", ".join(request.candidate_api) or "(nothing)"
-    system = render("generation_system.md", platform_title=request.platform_title,
-                    kernel_language=request.kernel_language, platform_module=request.platform_module,
-                    candidate_api=api)
-    task = render("generation_task.md", problem_name=request.problem_name, platform_title=request.platform_title,
-                  kernel_language=request.kernel_language)
-    example = render("generation_example.md", platform_title=request.platform_title,
-                     example_problem=request.example_problem.strip("\n"),
-                     example_candidate=request.example_candidate.strip("\n"))
+    spec = request.spec
+    api = ", ".join(spec.candidate_api) or "(nothing)"
+    system = render("generation_system.md", platform_title=spec.title, kernel_language=spec.kernel_language,
+                    platform_module=spec.module, candidate_api=api)
+    task = render("generation_task.md", problem_name=request.problem_name, platform_title=spec.title,
+                  kernel_language=spec.kernel_language)
+    example = render("generation_example.md", platform_title=spec.title,
+                     example_problem=spec.example_problem.strip("\n"),
+                     example_candidate=spec.example_candidate.strip("\n"))
     reference = ""
     if request.reference_program:
         reference = render("generation_reference.md", reference_target=request.reference_target or "another target",
@@ -91,11 +91,11 @@ def generation_messages(request: GenerationRequest) -> list[dict]:
     if request.feedback and request.feedback.recommendations:
         previous += render("generation_recommendations.md",
                            recommendations=format_recommendations(request.feedback.recommendations))
-    rules = render("generation_rules.md", rules=rules_text(), platform_module=request.platform_module,
+    rules = render("generation_rules.md", rules=rules_text(), platform_module=spec.module,
                    candidate_api=api)
     instruction_name = ("generation_instruction_optimization.md" if request.pass_name == "optimization"
                         else "generation_instruction_functional.md")
-    instruction = render(instruction_name, platform_title=request.platform_title)
+    instruction = render(instruction_name, platform_title=spec.title)
     user = render("generation_user.md", task=task, example=example, problem=request.problem_source.strip("\n"),
                   reference=reference, previous=previous, rules=rules, instruction=instruction)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -164,7 +164,7 @@ def format_recommendations(recommendations: list[Recommendation]) -> str:
 
 def analysis_messages_text(request: AnalysisRequest) -> tuple[str, str]:
     """(system text, user text) for the analysis agent; screenshots are attached by the agent as image parts."""
-    system = render("analysis_system.md", platform_title=request.platform_title)
+    system = render("analysis_system.md", platform_title=request.spec.title)
     timings = format_timings(request.candidate_ms, request.eager_ms, request.compiled_ms) or "(not measured)"
     history = ""
     if request.history:

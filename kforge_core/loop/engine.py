@@ -71,8 +71,8 @@ class Synthesis(CandidateSteps):
         self._started = clock()
         self._cancel = threading.Event()  # set on Ctrl-C / cancel so agent threads stop at their next token
         self.problem = load_problem(text=config.problem_source, name=config.problem_name)
-        self.platform = get_platform(config.target, require_available=True)
-        self._example_problem, self._example_candidate = self.platform.example().read()
+        self.platform = get_platform(config.target, require_available=True)  # resolved once for the run
+        self.spec = self.platform.spec()
         self._open: dict[int, str] = {}  # iterations started and not finished -> pass
         self.stop_reason = ""
         self.finished = False

@@ -18,7 +18,9 @@ from typing import Any
 from ..agents.base import (
     AnalysisAgent, AnalysisRequest, Feedback, GenerationAgent, GenerationRequest, GenerationResult, Recommendation)
 from ..eval.evaluator import EvalOptions
+from ..eval.verdict import Verdict
 from ..llm import LLMError, LLMStreamError
+from ..platform import TargetSpec
 from .config import RunConfig
 from .events import (
     BestUpdated, CompileLog, Diff, ErrorReported, IterationFinished, LoopEvent, ProfileReady, ProgramExtracted,
@@ -27,7 +29,6 @@ from .streaming import AgentJob, stream_calls
 from .types import (
     ENDPOINT_FAILED, FATAL_LLM_ERRORS, MAX_ENDPOINT_FAILURES, OPTIMIZATION, Attempt, Cancelled, FatalEndpointError,
     LoopState, is_faster)
-from ..eval.verdict import Verdict
 
 REPLY_EXCERPT_CHARS = 2000
 
@@ -41,19 +42,18 @@ class CandidateSteps:
     analyzer: AnalysisAgent
     problem: Any
     platform: Any
+    spec: TargetSpec  # the platform as the agents see it, resolved once for the run
     _evaluate: Callable[..., Verdict]
     _cancel: threading.Event
     _open: dict[int, str]  # iterations started and not finished -> pass
-    _example_problem: str
-    _example_candidate: str
     _check_cancel: Callable[[], None]  # raises Cancelled once the run is asked to stop
 
     # ------------------------------------------------------------------------------------------ analysis
     def _analyse(self, iteration: int, best: Attempt) -> Iterator[LoopEvent]:
         verdict = best.verdict
         request = AnalysisRequest(
-            program=best.code or "", problem_source=self.problem.source, target=self.platform.name,
-            platform_title=self.platform.title, profile=verdict.profile if verdict else None,
+            program=best.code or "", problem_source=self.problem.source, spec=self.spec,
+            profile=verdict.profile if verdict else None,
             roofline=verdict.roofline if verdict else None, candidate_ms=best.candidate_ms,
             eager_ms=verdict.eager_ms if verdict else None, compiled_ms=verdict.compiled_ms if verdict else None,
             screenshots=[Path(p).expanduser().read_bytes() for p in self.config.screenshots],
@@ -81,14 +81,10 @@ class CandidateSteps:
     # ------------------------------------------------------------------------------------------ generation
     def _request(self, pass_name: str, iteration: int, base: Attempt | None,
                  feedback: Feedback | None) -> GenerationRequest:
-        p = self.platform
         return GenerationRequest(
-            problem_source=self.problem.source, problem_name=self.problem.name, target=p.name,
-            platform_title=p.title, example_problem=self._example_problem, example_candidate=self._example_candidate,
-            kernel_language=p.kernel_language, pass_name=pass_name, iteration=iteration,
-            previous_program=base.code if base is not None else None, feedback=feedback,
-            reference_program=self.config.reference_program, reference_target=self.config.reference_target,
-            candidate_api=tuple(p.candidate_api), platform_module=p.module_name)
+            problem_source=self.problem.source, problem_name=self.problem.name, spec=self.spec, pass_name=pass_name,
+            iteration=iteration, previous_program=base.code if base is not None else None, feedback=feedback,
+            reference_program=self.config.reference_program, reference_target=self.config.reference_target)
 
     def _generate_and_evaluate(self, pass_name: str, indexes: list[int], base: Attempt | None,
                                feedback: Feedback | None,

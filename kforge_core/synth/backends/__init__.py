@@ -10,22 +10,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from . import cpu as codegen_cpu, emit
 from ..plan.plans import ProgramPlan
 from ..schedule import Schedule
-
-
-@dataclass
-class Target:
-    name: str
-    title: str
-    device_type: str
-    module: str  # platforms.<name>
-    candidate_api: tuple
-    formats: tuple
-    kernel_language: str
+from ...platform import TargetSpec
 
 
 class Backend:
@@ -36,7 +25,7 @@ class Backend:
     # PyTorch computes them); without them half-precision operands, casts and elementwise ops stay in PyTorch
     half_dtypes: tuple = ()
 
-    def program(self, plan: ProgramPlan, desc: dict, sched: Schedule, target: Target, header: str,
+    def program(self, plan: ProgramPlan, desc: dict, sched: Schedule, target: TargetSpec, header: str,
                 marker: str) -> str:
         raise NotImplementedError
 
@@ -60,7 +49,7 @@ class CppCtypesBackend(Backend):
                               launch=lambda kp, names: codegen_cpu.launch_lines(kp, names))
 
 
-def select_backend(target: Target) -> Backend | None:
+def select_backend(target: TargetSpec) -> Backend | None:
     api = set(target.candidate_api)
     if "compile_cpp" in api:
         return CppCtypesBackend()
@@ -76,14 +65,6 @@ def select_backend(target: Target) -> Backend | None:
     if "compile_cuda" in api or "load_inline" in target.formats or target.kernel_language == "cuda":
         return codegen_cuda.CudaBackend()
     return None
-
-
-def target_info(name: str) -> Target:
-    from kforge_core.platform import get_platform
-
-    p = get_platform(name)
-    return Target(p.name, p.title, p.device_type, p.module_name or f"platforms.{p.name}", tuple(p.candidate_api),
-                  tuple(p.formats), p.kernel_language)
 
 
 def dumps(obj) -> str:
