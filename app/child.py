@@ -53,7 +53,8 @@ def _targets(request: dict) -> list[dict]:
 
 
 def _validate(request: dict) -> dict:
-    from kforge_core.problem import load_problem, validate_problem
+    from kforge_core.eval.evaluator import validate_problem
+    from kforge_core.problem import load_problem
 
     problem = load_problem(text=request["source"], name=request.get("name"))
     report = validate_problem(problem, request["target"], timeout_s=float(request.get("timeout_s", 120)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from kforge_core.cli.common import fmt_ms, fmt_x
+from kforge_core.formatting import fmt_ms, fmt_x
 
 __all__ = ["fmt_ms", "fmt_x", "fmt_tokens", "fmt_cost", "fmt_duration", "fmt_when", "parse_ts", "VERDICT_STYLE",
            "RUN_STYLE", "verdict_badge", "run_badge", "verdict_icon"]

@@ -1,8 +1,8 @@
 """KernelBench-format problems: a `Model(nn.Module)`, `get_inputs()` and `get_init_inputs()`.
 
 `load_problem` does the static checks in the caller's process (the source is parsed, never executed here).
-`validate_problem` runs the reference in an evaluation child and reports what only running can tell: inputs that are
-not tensors, a reference that raises, non-deterministic or input-independent (degenerate) outputs.
+`kforge_core.eval.evaluator.validate_problem` runs the reference in an evaluation child and reports what only running
+can tell: inputs that are not tensors, a reference that raises, non-deterministic or input-independent outputs.
 """
 
 from __future__ import annotations
@@ -104,11 +104,3 @@ def load_problem(path: str | Path | None = None, text: str | None = None, name: 
         m = re.search(r"class\s+Model\b", text)
         name = f"pasted_{hashlib.sha256(text.encode()).hexdigest()[:8]}" if m else "pasted"
     return Problem(name=name, source=text, path=Path(path) if path else None, description=_first_doc_line(tree))
-
-
-def validate_problem(problem: Problem, target: str = "cpu", timeout_s: float = 120.0,
-                     size_class: str | None = None) -> ProblemReport:
-    """Run the reference in a child process. Raises ProblemError for unusable problems."""
-    from .eval.evaluator import run_validation
-
-    return run_validation(problem, target, timeout_s=timeout_s, size_class=size_class)

@@ -135,7 +135,6 @@ class CpuPlatform(Platform):
     def profile(self, run, trials: int = 5) -> dict:
         from kforge_core.profiling import summarize_torch_profile
 
-        import torch
         from torch.profiler import ProfilerActivity, profile
 
         from ._ctypes_kernels import profiling_active

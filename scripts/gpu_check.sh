@@ -32,7 +32,8 @@ for m in ("triton", "cupy"):
 from kforge_core.platform import all_platforms
 for n, p in all_platforms().items():
     print(f"target {n}: {p.availability()}")
-from platforms.cuda._nvrtc import nvrtc_candidates, include_dirs, api
+from platforms.cuda._binding import api
+from platforms.cuda._locate import include_dirs
 a = api(); print("nvrtc", a.nvrtc_path, a.nvrtc_version, "driver", a.driver_version, "archs", a.supported_archs)
 print("include dirs", include_dirs())
 EOF

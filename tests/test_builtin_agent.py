@@ -621,7 +621,7 @@ def test_gpu_candidates_are_well_formed(agent, target):
             marker = read_marker(res.program)
             assert marker["target"] == target
             if target == "cuda":
-                from platforms.cuda._nvrtc import parse_kernels
+                from platforms.cuda._signatures import parse_kernels
 
                 src = re.search(r'SOURCE = r"""(.*?)"""', res.program, re.S).group(1)
                 assert {k["name"] for k in marker["kernels"]} <= set(parse_kernels(src))

@@ -14,6 +14,8 @@ from kforge_core.profiling import summarize_torch_profile
 from kforge_core.eval.rules import check_candidate
 from platforms.cuda import _ncu as ncu
 from platforms.cuda import _nvrtc as nv
+from platforms.cuda._locate import nvrtc_candidates
+from platforms.cuda._signatures import parse_kernels
 from platforms.cuda._common import candidate_kernel_names
 
 HERE = Path(__file__).parent
@@ -81,7 +83,7 @@ def test_parse_kernels_signatures():
     __global__ void by_struct(MyStruct s) {}
     __device__ float helper(float x) { return x; }
     '''
-    k = nv.parse_kernels(src)
+    k = parse_kernels(src)
     assert set(k) == {"add", "vec", "in_block", "templ", "bad", "by_struct"}
     add = k["add"]
     assert [(p.name, p.base, p.pointer) for p in add.params] == [
@@ -113,7 +115,7 @@ def test_nvrtc_log_maps_to_candidate_lines():
 
 def test_nvrtc_library_search_is_ordered_and_explicit(monkeypatch):
     monkeypatch.setenv("KFORGE_NVRTC", "/opt/x/libnvrtc.so.99")
-    c = nv.nvrtc_candidates()
+    c = nvrtc_candidates()
     assert c[0] == "/opt/x/libnvrtc.so.99"
     assert "libnvrtc.so" in c and not any("builtins" in x for x in c)
 

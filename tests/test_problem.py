@@ -8,7 +8,8 @@ import pytest
 
 from candidates.evalkit import PROBLEMS
 from kforge_core.errors import ProblemError, UsageError
-from kforge_core.problem import load_problem, validate_problem
+from kforge_core.eval.evaluator import validate_problem
+from kforge_core.problem import load_problem
 
 GOOD = (PROBLEMS / "swish_small.py").read_text()
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..llm import LLMConfig
     from ..loop.config import RunConfig
 
-AGENT_KINDS = ("llm", "builtin")
+AGENT_KINDS = ("llm", "builtin")  # RunConfig.agent: an OpenAI-compatible endpoint, or the rule-based pair
 BUILTIN_LABEL = "built-in, rule-based (no LLM)"
 
 

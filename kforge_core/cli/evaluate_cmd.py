@@ -10,7 +10,8 @@ from ..eval.evaluator import EvalOptions, evaluate
 from ..problem import load_problem
 from ..eval.tolerance import POLICIES
 from ..eval.verdict import Verdict
-from .common import fmt_ms, fmt_x, print_json
+from ..formatting import fmt_ms, fmt_x
+from .common import print_json
 
 
 def register(sub) -> None:

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from ..store import RUN_STATUSES, open_store, resolve_db_path
-from .common import fmt_ms, fmt_x, print_json
+from ..formatting import fmt_ms, fmt_x
+from .common import print_json
 from .synthesize_cmd import add_run_options, execute_and_report, overrides_from_args, prepare_agent
 
 

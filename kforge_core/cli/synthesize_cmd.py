@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, TextIO
 from ..errors import UsageError
 from ..store import open_store, resolve_db_path
 from ..eval.tolerance import POLICIES
-from .common import fmt_ms, fmt_x, print_json
+from ..formatting import fmt_ms, fmt_x
+from .common import print_json
 
 if TYPE_CHECKING:  # the loop (and the openai package under it) is imported only when a run starts
     from ..loop import RunConfig

@@ -83,8 +83,9 @@ def evaluate(problem: Problem, candidate_source: str, target: str, options: Eval
     return _outcome_to_verdict(outcome, platform.name, options.timeout_s)
 
 
-def run_validation(problem: Problem, target: str, timeout_s: float = 120.0,
-                   size_class: str | None = None) -> ProblemReport:
+def validate_problem(problem: Problem, target: str = "cpu", timeout_s: float = 120.0,
+                     size_class: str | None = None) -> ProblemReport:
+    """Run the reference in a child process. Raises ProblemError for unusable problems."""
     platform = get_platform(target, require_available=True)
     outcome = run_child({"mode": "validate", "target": platform.name, "size_class": size_class},
                         {"problem.py": problem.source}, timeout_s=timeout_s, memory_limit_mb=16384,

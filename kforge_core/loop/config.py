@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..agents.factory import AGENT_KINDS
 from ..errors import UsageError
 
 SECRET_FIELDS = ("api_key",)
@@ -51,7 +52,6 @@ class RunConfig:
 
     def validate(self) -> None:
         """Raise UsageError for values no run can start with (checked before a run is created)."""
-        from ..agents.factory import AGENT_KINDS
         from ..llm.config import LLMConfig
         from ..eval.tolerance import get_policy
 

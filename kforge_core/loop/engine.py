@@ -35,23 +35,17 @@ from collections.abc import Callable, Iterator
 from ..agents.base import AnalysisAgent, GenerationAgent
 from ..errors import KForgeError
 from ..eval.evaluator import evaluate
-from .steps import REPLY_EXCERPT_CHARS, CandidateSteps, unified_diff
+from ..eval.verdict import Verdict
+from ..platform import get_platform
+from ..problem import load_problem
 from .config import RunConfig
 from .events import ErrorReported, IterationStarted, LoopEvent, PassStarted, RunFinished
 from .feedback import feedback_for, history_entry, optimization_feedback
+from .steps import CandidateSteps
 from .types import (
-    CANCELLED_ITERATION_STATUS, ENDPOINT_FAILED, FATAL_LLM_ERRORS, FUNCTIONAL, MAX_ENDPOINT_FAILURES, OPTIMIZATION,
-    STATUS_RANK, STOPPED, Attempt, Cancelled, FatalEndpointError, LoopState, Next)
-from ..platform import get_platform
-from ..problem import load_problem
-from ..eval.verdict import Verdict
+    CANCELLED_ITERATION_STATUS, FUNCTIONAL, OPTIMIZATION, STATUS_RANK, STOPPED, Attempt, Cancelled, LoopState, Next)
 
-# The engine's names as they were before its parts moved out (__init__.py, runs.py and callers import them here).
-__all__ = [
-    "Synthesis", "Attempt", "LoopState", "Next", "Cancelled", "FatalEndpointError", "CANCELLED_ITERATION_STATUS",
-    "ENDPOINT_FAILED", "STOPPED", "FUNCTIONAL", "OPTIMIZATION", "MAX_ENDPOINT_FAILURES", "FATAL_LLM_ERRORS",
-    "REPLY_EXCERPT_CHARS", "unified_diff",
-]
+__all__ = ["Synthesis"]
 
 
 class Synthesis(CandidateSteps):

@@ -7,8 +7,7 @@ architecture (`sm_90` on H100/H200) whenever this NVRTC knows it, so the driver 
 than NVRTC, PTX for the newest architecture NVRTC supports is loaded and JIT-compiled by the driver. Builds are
 cached by source hash (`kforge_core.build_cache`), so a cached candidate costs one file read and `cuModuleLoadData`.
 
-The pieces live in their own modules; their public names are re-exported here, so imports from this module keep
-working:
+The pieces live in their own modules:
 - `platforms.cuda._locate`: finding libnvrtc and the CUDA headers on disk (no loading);
 - `platforms.cuda._binding`: the ctypes binding of NVRTC and the driver API (and why ctypes);
 - `platforms.cuda._headers`: header stand-ins given to NVRTC in place of system headers;
@@ -29,18 +28,13 @@ from kforge_core.errors import CompileError
 from kforge_core.eval.harness import context, launches
 from kforge_core.source_map import map_diagnostics, source_start_line, summarize_errors
 
-from ._binding import CU_ERRORS_HINTS, NvrtcNotFound, _Api, api
+from ._binding import NvrtcNotFound, _Api, api
 from ._headers import SHIM_HEADERS
-from ._launch import CudaKernel, CudaModule
-from ._locate import include_dirs, nvrtc_candidates, nvrtc_on_disk
-from ._signatures import KParam, KSignature, parse_kernels
+from ._launch import CudaModule
+from ._locate import include_dirs
+from ._signatures import parse_kernels
 
-__all__ = [
-    "PROGRAM_NAME", "check_source", "check_options", "compile_error_from_log", "compile_module",
-    # re-exported from the modules above
-    "nvrtc_candidates", "nvrtc_on_disk", "include_dirs", "SHIM_HEADERS", "KParam", "KSignature", "parse_kernels",
-    "CU_ERRORS_HINTS", "NvrtcNotFound", "api", "CudaKernel", "CudaModule",
-]
+__all__ = ["PROGRAM_NAME", "check_source", "check_options", "compile_error_from_log", "compile_module"]
 
 PROGRAM_NAME = "kernel.cu"
 

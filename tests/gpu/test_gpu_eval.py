@@ -149,7 +149,7 @@ def test_nvrtc_compile_launch_cache_and_validation():
         t0 = time.perf_counter()
         compile_cuda(simple + f"// {uuid.uuid4().hex}\n")
         colds.append(time.perf_counter() - t0)
-    from platforms.cuda._nvrtc import api
+    from platforms.cuda._binding import api
 
     a = api()
     _save("nvrtc_compile.json", {"with_cuda_fp16_cold_s": cold, "cached_s": cached, "simple_cold_s": colds,

@@ -39,13 +39,6 @@ def _json_default(o):
     return str(o)
 
 
-def candidate_frames(exc: BaseException, candidate_file: str) -> str:
-    """The traceback lines that point into the candidate, as 'candidate line N: code'."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    lines = [f"candidate line {f.lineno}: {(f.line or '').strip()}" for f in frames if f.filename == candidate_file]
-    return "; ".join(lines[-3:])
-
-
 def scrub_sys_path(*writable: str | os.PathLike) -> None:
     """Drop from sys.path the current directory ('' or '.', as an interpreter without -P puts it there) and every
     directory the candidate may write (its working directory, HOME): a module planted there must never be found by

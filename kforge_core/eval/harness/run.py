@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -257,9 +258,14 @@ class TimingFailure(Exception):
         self.status, self.reason = status, reason
 
 
-def _describe_exception(where: str, e: BaseException, cand_file: str) -> str:
-    from .child import candidate_frames
+def candidate_frames(exc: BaseException, candidate_file: str) -> str:
+    """The traceback lines that point into the candidate, as 'candidate line N: code'."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    lines = [f"candidate line {f.lineno}: {(f.line or '').strip()}" for f in frames if f.filename == candidate_file]
+    return "; ".join(lines[-3:])
 
+
+def _describe_exception(where: str, e: BaseException, cand_file: str) -> str:
     frames = candidate_frames(e, cand_file)
     msg = str(e).strip().splitlines()
     text = f"{where} raised {type(e).__name__}: {msg[0][:400] if msg else ''}"
