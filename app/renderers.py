@@ -293,8 +293,22 @@ def tokens(event: dict, ctx: RenderContext) -> None:
             tail = "…" + tail[tail.find("\n") + 1:]
         _html(plain_html(tail).replace('class="kf-code kf-log"', 'class="kf-code kf-log kf-stream"'))
         return
+    if d.get("thinking"):  # reasoning_content or <think>: not the answer, kept folded
+        with st.expander(f"Thinking of the {agent} agent ({len(text):,} characters, as streamed)"):
+            _html(plain_html(text))
+        return
     st.markdown(f"**Output of the {agent} agent** ({len(text):,} characters, as streamed)")
     _html(plain_html(text))
+
+
+@renders(EventKind.RETRY, tab="Model I/O", order=10)
+def retry(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    if d.get("where") == "loop":
+        what = f"waiting {d.get('delay_s', 0):.0f} s before the next step (endpoint failure {d.get('attempt')} in a row)"
+    else:
+        what = f"retrying in {d.get('delay_s', 0):.1f} s (attempt {(d.get('attempt') or 0) + 1})"
+    st.warning(f"Model endpoint ({d.get('agent')}): {d.get('error', '')} — {what}", icon=":material/refresh:")
 
 
 # --------------------------------------------------------------------------------------------------- activity log
@@ -341,8 +355,12 @@ def usage(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     took = f" in {d['latency_s']:.1f} s" if isinstance(d.get("latency_s"), (int, float)) else ""
     estimated = " (estimated)" if d.get("estimated") else ""
+    failed = " by a call that broke" if d.get("failed") else ""
+    cost = f" · {d['cost']:.4f} (at the agent's price)" if isinstance(d.get("cost"), (int, float)) else ""
     st.caption(f"{fmt_tokens(d.get('prompt_tokens'))} prompt + {fmt_tokens(d.get('completion_tokens'))} completion "
-               f"tokens{estimated}{took}")
+               f"tokens{estimated}{failed}{took}{cost}")
+    if d.get("warning"):
+        st.warning(d["warning"], icon=":material/warning:")
 
 
 @renders(EventKind.RUN_FINISHED)

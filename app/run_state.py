@@ -119,11 +119,17 @@ def apply(state: RunState, events: list[dict]) -> RunState:
     return state
 
 
+def _stream_of(event: dict) -> tuple:
+    """Which stream a tokens event belongs to: its agent, and whether it is the model's thinking or its answer."""
+    data = event["data"] or {}
+    return data.get("agent"), bool(data.get("thinking"))
+
+
 def _append_merging_tokens(events: list[dict], event: dict) -> None:
     """Consecutive `tokens` events of one agent are one stream: keep them as a single event with the joined text."""
     if event["kind"] == EventKind.TOKENS and events:
         last = events[-1]
-        if last["kind"] == EventKind.TOKENS and (last["data"] or {}).get("agent") == (event["data"] or {}).get("agent"):
+        if last["kind"] == EventKind.TOKENS and _stream_of(last) == _stream_of(event):
             merged = dict(last, data={**last["data"], "text": last["data"].get("text", "") +
                                       (event["data"] or {}).get("text", "")}, seq=event["seq"])
             events[-1] = merged

@@ -163,9 +163,23 @@ def test_model_rejecting_images_is_asked_again_without_them(server, client):
 
 
 def test_analysis_reply_without_recommendations_is_reported(server, client):
-    server.enqueue_for("ana-model", "The program looks fine to me.")
+    server.enqueue_for("ana-model", "OK.")
     result = LLMAnalysisAgent(client).analyze(analysis_request())
     assert result.recommendations == [] and "no recommendations" in result.error
+
+
+def test_analysis_reply_in_prose_is_passed_on_clipped(server, client):
+    prose = ("The kernel is memory-bound at 20% of the bandwidth roofline. You should fuse the bias add into the "
+             "main loop and vectorize the inner loop so that each element is read once. " * 40)
+    server.enqueue_for("ana-model", "<think>They want advice; I could say ```python\nclass ModelNew: draft</think>"
+                                    + prose)
+    result = LLMAnalysisAgent(client).analyze(analysis_request())
+    assert result.error is None and len(result.recommendations) == 1
+    (rec,) = result.recommendations
+    assert rec.title.startswith("The kernel is memory-bound") and "fuse the bias add" in rec.change
+    assert len(rec.change) <= 1500 and rec.change.endswith("…")  # clipped
+    assert "ModelNew" not in rec.change and "draft" in result.thinking  # the thinking is no advice
+    assert "prose" in result.notes
 
 
 def test_empty_choices_is_a_typed_error(server, client):

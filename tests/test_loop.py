@@ -58,7 +58,7 @@ def make_config(server: FakeOpenAIServer, **kw) -> RunConfig:
                   analysis_model="ana-model", base_url=server.base_url, eval_baselines=False,
                   eval_timing_options=FAST_TIMING, max_functional_iters=3, max_optimization_iters=0,
                   llm_options={"timeout_s": 5.0, "max_retries": 1, "retry_base_delay_s": 0.01,
-                               "retry_max_delay_s": 0.05})
+                               "retry_max_delay_s": 0.05}, endpoint_backoff_s=0.01)
     values.update(kw)
     return RunConfig(**values)
 
@@ -178,45 +178,58 @@ def test_story_compile_error_wrong_correct_then_faster(db):
 
 def test_replies_without_programs_and_endpoint_faults_are_failed_iterations(db, server):
     """Timeout, truncated stream, empty choices, no code block: each ends its iteration as no_program with the
-    reason recorded; the model's own mistake is fed back to it; no evaluation runs."""
+    reason recorded; the model's own mistake is fed back to it; no evaluation runs. Endpoint failures use up no
+    functional step: two steps take five iterations here."""
     server.enqueue_for(
         "gen-model",
         slow(3.0), slow(3.0),                                           # timeout, and its one retry
         "I will not write code today.",                                 # the model's mistake: no code block
         truncated(program("correct_fast.py"), after_chunks=8),          # stream dropped after some text
         empty_choices(),                                                # 200 with no choices
+        "Still no code.",                                               # the model's second mistake
     )
-    config = make_config(server, max_functional_iters=4, llm_options={"timeout_s": 0.5, "max_retries": 1,
+    config = make_config(server, max_functional_iters=2, llm_options={"timeout_s": 0.5, "max_retries": 1,
                                                                       "retry_base_delay_s": 0.01})
     run_id, seen, summary, events = run_to_end(db, config)
 
-    assert summary["status"] == "failed" and "no correct program in 4" in summary["error"]
-    assert [it["status"] for it in summary["iterations"]] == ["no_program"] * 4
+    assert summary["status"] == "failed" and "no correct program in 2" in summary["error"]
+    assert [it["status"] for it in summary["iterations"]] == ["no_program"] * 5
     assert_consistent(summary, events)
     reasons = [it["reason"] for it in summary["iterations"]]
     assert "the model endpoint failed" in reasons[0] and "did not answer within 0.5 s" in reasons[0]
     assert "no code block" in reasons[1]
     assert "stream" in reasons[2] and "the model endpoint failed" in reasons[2]
     assert "no choices" in reasons[3]
-    # partial text of the broken stream is kept for the user
+    assert "no code block" in reasons[4]
+    # partial text of the broken stream is kept for the user, and what it cost is recorded (estimated)
     (missing2,) = of_kind(events, "program_missing", iteration=2)
     assert missing2["data"]["reply_excerpt"].startswith("Here is the program.")
+    (broken,) = [u for u in of_kind(events, "usage") if u["iteration"] == 2]
+    assert broken["data"]["failed"] and broken["data"]["estimated"] and broken["data"]["completion_tokens"] > 0
     # the model's mistake (iteration 1) is fed back at iteration 2; endpoint failures are not blamed on it
     assert "The reply held no usable program: the reply has no code block" in generation_prompt(events, 2)
     assert "What its evaluation said" not in generation_prompt(events, 1)
     assert {e["data"]["where"] for e in of_kind(events, "error")} == {"generation"}
     assert not of_kind(events, "verdict")
+    assert server.pending == 0
 
 
 def test_repeated_server_errors_stop_the_run_with_the_reason(db, server):
     server.enqueue_for("gen-model", *[server_error()] * 6)  # 3 iterations x (1 try + 1 retry)
-    config = make_config(server, max_functional_iters=5)
+    config = make_config(server, max_functional_iters=5, max_endpoint_failures=3)
     run_id, seen, summary, events = run_to_end(db, config)
     assert summary["status"] == "failed"
     assert "failed 3 times in a row" in summary["error"] and "HTTP 500" in summary["error"]
+    assert "resume the run later" in summary["error"]
     assert len(summary["iterations"]) == 3
     assert_consistent(summary, events)
     assert server.pending == 0
+    # the loop waited between the failures (doubling), and said so
+    waits = of_kind(events, "retry", where="loop")
+    assert [w["data"]["delay_s"] for w in waits] == [0.01, 0.02]
+    # the client's own retries are events too
+    assert len(of_kind(events, "retry", where="client")) == 3
+    assert seen[-1].kind == "run_finished" and seen[-1].endpoint_failure
 
 
 def test_a_refusal_that_cannot_change_stops_at_once(db):

@@ -37,8 +37,11 @@ def test_first_prompt_has_task_example_problem_and_rules():
     assert req.spec.example_problem.strip() in text and req.spec.example_candidate.strip() in text  # single-shot example
     assert req.problem_source.strip() in text
     for rule in RULES:
-        assert rule.summary in text
-    assert "Import only these from platforms.cpu: compile_cpp." in text
+        assert rule.summary.replace("from platforms.<target> import ...", "from platforms.cpu import compile_cpp") \
+            in text
+    # one imports rule, naming this target's module and helpers (no generic "platforms.<target>" beside it)
+    assert "platforms.<target>" not in text and "Import only these from" not in text
+    assert "and the target's compile helpers (from platforms.cpu import compile_cpp)." in text
     assert "What its evaluation said" not in text and "Reference" not in text
     assert "${" not in text and "$" not in text.replace("$$", "")  # every slot filled
 

@@ -37,6 +37,7 @@ class Usage:
     latency_s: float = 0.0
     model: str = ""
     estimated: bool = False
+    warning: str = ""  # e.g. the server cut the prompt to its context window
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -53,6 +54,9 @@ class Feedback:
     eager_ms: float | None = None
     compiled_ms: float | None = None
     recommendations: list[Recommendation] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)  # optimization: changes tried so far and what they measured
+    profile: dict | None = None  # optimization: the profile summary of the program fed back
+    roofline: dict | None = None  # ... and where it stands against the device's measured ceilings
 
 
 @dataclass
@@ -66,6 +70,7 @@ class GenerationRequest:
     feedback: Feedback | None = None
     reference_program: str | None = None  # a working program for another platform
     reference_target: str | None = None
+    evaluation: str = ""  # how candidates are judged: the sizes evaluated, the tolerance, the device
 
 
 @dataclass
@@ -76,6 +81,9 @@ class GenerationResult:
     notes: str = ""  # shown to the user, e.g. "synthesized 5 of 6 graph nodes (83%)"
     usage: Usage = field(default_factory=Usage)
     prompt: list[dict] = field(default_factory=list)  # the messages sent, for the record
+    thinking: str = ""  # the model's reasoning (reasoning_content, or <think> blocks moved out of the reply)
+    alternatives: list[str] = field(default_factory=list)  # other programs in the reply, to try when `program`
+    # does not compile (in that order; see extract.Extraction.alternatives)
 
 
 @dataclass
@@ -90,6 +98,8 @@ class AnalysisRequest:
     compiled_ms: float | None
     screenshots: list[bytes] = field(default_factory=list)  # PNG/JPEG of GUI profilers
     history: list[dict] = field(default_factory=list)  # earlier moves tried and their measured effect
+    evaluation: str = ""  # the sizes evaluated, the tolerance, the device (as in GenerationRequest)
+    screenshots_note: str = ""  # what the screenshots show, when that is not the program above
 
 
 @dataclass
@@ -99,6 +109,10 @@ class AnalysisResult:
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
     notes: str = ""  # shown to the user, e.g. "the model rejected the screenshots; analysed without them"
+
+
+# A TokenSink may also have `thinking(text)` (reasoning streamed apart from the answer) and `retrying(event)`
+# (an `llm.RetryEvent`: the call failed and will be sent again); LLM agents use them when present.
 
 
 class GenerationAgent(Protocol):

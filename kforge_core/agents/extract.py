@@ -4,7 +4,8 @@ Models answer in many shapes; this module turns any of them into one program or 
 
   * fenced blocks (```python, ```py, ```python3, bare ```, ~~~), several of them: the Python block that defines
     `class ModelNew` (or the paper's `NewModel`) wins; among several such blocks the last one (models show a draft,
-    then the fix);
+    then the fix), with the earlier ones as `alternatives` the loop evaluates, nearest first, while the one
+    before did not compile (a draft that compiles beats a final version that does not);
   * kernel source in its own ```cpp / ```cuda / ```metal block, referenced by the Python block through a name it never
     defines (`compile_cpp(SOURCE)` with no `SOURCE = ...`): the kernel is bound to that name as a raw string at the
     top of the program, and a note says so; when the names and blocks cannot be paired unambiguously the reply is
@@ -50,6 +51,8 @@ class Extraction:
     notes: str = ""  # how the program was found, when that is worth saying
     language: str = "python"
     complete: bool = True  # False when the program's code block was never closed (the reply may be cut short)
+    alternatives: tuple[str, ...] = ()  # the reply's other complete programs, to try in this order when `program`
+    # does not compile (the earlier blocks, nearest first)
 
 
 def fenced_blocks(text: str) -> list[Block]:
@@ -93,8 +96,14 @@ def extract_program(reply: str) -> Extraction:
         return _no_model_block(reply, blocks, python_blocks, kernel_blocks)
     chosen = with_model[-1]
     notes = []
+    alternatives: list[str] = []
     if len(with_model) > 1:
-        notes.append(f"the reply held {len(with_model)} programs defining ModelNew; the last one was used")
+        for block in reversed(with_model[:-1]):
+            alt, _, alt_error = _bind_kernel_blocks(textwrap.dedent(block.text), kernel_blocks)
+            if block.closed and not alt_error:
+                alternatives.append(alt.strip("\n") + "\n")
+        notes.append(f"the reply held {len(with_model)} programs defining ModelNew; the last one is tried first"
+                     + (", the earlier ones when it does not compile" if alternatives else ""))
     if not chosen.closed:
         notes.append("the last code block was not closed; its text up to the end of the reply was used")
     code = textwrap.dedent(chosen.text)
@@ -103,7 +112,8 @@ def extract_program(reply: str) -> Extraction:
         return Extraction(None, error)
     if bound:
         notes.append(bound)
-    return Extraction(code.strip("\n") + "\n", notes="; ".join(notes), complete=chosen.closed)
+    return Extraction(code.strip("\n") + "\n", notes="; ".join(notes), complete=chosen.closed,
+                      alternatives=tuple(alternatives))
 
 
 def _is_python(block: Block) -> bool:

@@ -25,7 +25,7 @@ BUILTIN_LABEL = "built-in, rule-based (no LLM)"
 
 def llm_config_for(config: RunConfig) -> LLMConfig:
     """The LLM settings of a run: its own fields, then env and settings file, then `llm_options` (extra
-    `LLMConfig` fields: timeout_s, max_retries, max_tokens, temperature, retry delays)."""
+    `LLMConfig` fields: timeout_s, max_retries, max_tokens, temperature, context_tokens, prices, retry delays)."""
     from ..llm import resolve_config
 
     return resolve_config(base_url=config.base_url, api_key=config.api_key, model=config.model,

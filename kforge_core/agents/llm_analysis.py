@@ -5,8 +5,15 @@ with any platform extras, the roofline at the device's measured ceilings) plus o
 returns a short list of `Recommendation`s. The reply is asked for as a JSON list in a fenced block; replies that
 ignore that are read as a bulleted or numbered list instead (`parse_recommendations`).
 
+A reply in prose (no list at all) is passed on as one recommendation holding the text itself, clipped: a paragraph
+of advice is still guidance for the generation agent. Thinking (`<think>` blocks, `reasoning_content`) is set apart
+first and never read as advice.
+
 A model that refuses images (`LLMImagesUnsupportedError`) is asked again once without them; the result carries a
 note saying the screenshots were not read, and later calls of this agent leave them out from the start.
+
+The prompt is clipped to the model's context; a context-length refusal is "no recommendations" for this step (the
+generation goes on without them), never an error that stops the run.
 """
 
 from __future__ import annotations
@@ -15,13 +22,16 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from ..llm import LLMClient, LLMImagesUnsupportedError, image_message
+from ..llm import LLMClient, LLMContextError, LLMImagesUnsupportedError, image_message, prompt_budget
 from .base import AnalysisRequest, AnalysisResult, Recommendation, TokenSink, Usage
 from .extract import fenced_blocks
-from .llm_generation import usage_of
+from .llm_generation import chat_streaming, usage_of
 from .prompts import analysis_messages_text
+from .thinking import split_thinking
 
 MAX_RECOMMENDATIONS = 6
+# A prose reply passed on as one recommendation: this many characters of it.
+MAX_PROSE_CHARS = 1500
 _KEYS = {  # accepted spellings -> Recommendation field
     "title": "title", "name": "title", "summary": "title", "headline": "title",
     "change": "change", "what": "change", "action": "change", "description": "change", "recommendation": "change",
@@ -36,6 +46,7 @@ _KEYS = {  # accepted spellings -> Recommendation field
 class LLMAnalysisResult(AnalysisResult):
     notes: str = ""  # e.g. "the model rejected the 2 screenshots; analysed without them"
     prompt: list[dict] = field(default_factory=list)  # the messages of the call that answered
+    thinking: str = ""  # the model's reasoning, set apart from its answer
 
 
 class LLMAnalysisAgent:
@@ -44,6 +55,7 @@ class LLMAnalysisAgent:
         self.model = model or client.config.model_for("analysis")
         self.label = f"{self.model} @ {client.config.endpoint}"
         self.images_rejected = False  # learnt from the first refusal; later calls send text only
+        self.price_per_mtok = client.config.price_for("analysis")  # (prompt, completion) per 1M tokens, or None
 
     def prompt(self, request: AnalysisRequest) -> list[dict]:
         """The messages `analyze` sends first (with the screenshots as image parts, unless the model refused)."""
@@ -52,8 +64,12 @@ class LLMAnalysisAgent:
     def _messages(self, request: AnalysisRequest, with_images: bool) -> list[dict]:
         if not with_images and request.screenshots:
             request = replace(request, screenshots=[])
-        system, user = analysis_messages_text(request)
+        budget = prompt_budget(self.client.context_window(self.model), self.client.config.max_tokens)
+        system, user = analysis_messages_text(request, budget)
         return [{"role": "system", "content": system}, image_message(user, request.screenshots)]
+
+    def _chat(self, messages: list[dict], on_token: TokenSink | None):
+        return chat_streaming(self.client, messages, self.model, on_token)
 
     def analyze(self, request: AnalysisRequest, on_token: TokenSink | None = None) -> AnalysisResult:
         notes = []
@@ -62,20 +78,33 @@ class LLMAnalysisAgent:
             notes.append(f"{len(request.screenshots)} profiler screenshot(s) not sent: model {self.model} does not "
                          "accept images")
         try:
-            result = self.client.chat(messages, model=self.model, on_token=on_token)
-        except LLMImagesUnsupportedError as err:
-            self.images_rejected = True
-            notes.append(f"model {self.model} rejected the {len(request.screenshots)} profiler screenshot(s) "
-                         f"({err}); analysed again without them, from the text measurements only")
-            messages = self._messages(request, with_images=False)
-            result = self.client.chat(messages, model=self.model, on_token=on_token)
+            try:
+                result = self._chat(messages, on_token)
+            except LLMImagesUnsupportedError as err:
+                self.images_rejected = True
+                notes.append(f"model {self.model} rejected the {len(request.screenshots)} profiler screenshot(s) "
+                             f"({err}); analysed again without them, from the text measurements only")
+                messages = self._messages(request, with_images=False)
+                result = self._chat(messages, on_token)
+        except LLMContextError as err:
+            # The generation can go on without advice; the next analysis is clipped to the window just learnt.
+            return LLMAnalysisResult(recommendations=[], error=f"no recommendations this step: the analysis prompt "
+                                     f"did not fit the model's context ({err})", notes="; ".join(notes),
+                                     prompt=messages)
         usage: Usage = usage_of(result)
-        recommendations = parse_recommendations(result.text)
+        thought, answer = split_thinking(result.text)
+        recommendations = parse_recommendations(answer)
         error = None
         if not recommendations:
-            error = "the analysis reply held no recommendations (expected a JSON list in a ```json block)"
-        return LLMAnalysisResult(recommendations=recommendations, text=result.text, usage=usage, error=error,
-                                 notes="; ".join(notes), prompt=messages)
+            prose = prose_recommendation(answer)
+            if prose is None:
+                error = "the analysis reply held no recommendations (expected a JSON list in a ```json block)"
+            else:
+                recommendations = [prose]
+                notes.append("the analysis reply was prose, not a list: its text was passed on as the recommendation")
+        return LLMAnalysisResult(recommendations=recommendations, text=answer, usage=usage, error=error,
+                                 notes="; ".join(notes), prompt=messages,
+                                 thinking="\n".join(t for t in (result.reasoning, thought) if t))
 
 
 # ------------------------------------------------------------------------------------------------- parsing
@@ -90,6 +119,23 @@ def parse_recommendations(text: str) -> list[Recommendation]:
             if recs:
                 return recs[:MAX_RECOMMENDATIONS]
     return _from_bullets(text)[:MAX_RECOMMENDATIONS]
+
+
+def prose_recommendation(text: str) -> Recommendation | None:
+    """A reply without any list, as one recommendation carrying its text (code blocks left out, clipped)."""
+    kept, in_code = [], False
+    for line in (text or "").splitlines():
+        if line.strip().startswith(("```", "~~~")):
+            in_code = not in_code
+            continue
+        if not in_code:
+            kept.append(line)
+    prose = " ".join(" ".join(kept).split())
+    if len(prose) < 20:
+        return None  # "ok", "none": nothing to pass on
+    if len(prose) > MAX_PROSE_CHARS:
+        prose = prose[:MAX_PROSE_CHARS - 1].rstrip() + "…"
+    return Recommendation(title=_first_sentence(prose), change=prose, why="")
 
 
 def _json_candidates(text: str) -> list[str]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import string
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KForgeError
+from ..llm.tokens import estimate_prompt_tokens, estimate_tokens
 from ..platform import REPO_ROOT
 from ..profiling import kernel_label
 from ..eval.rules import RULES
@@ -23,7 +25,7 @@ PROMPTS_DIR = REPO_ROOT / "assets" / "prompts"
 ENV_PROMPTS_DIR = "KFORGE_PROMPTS_DIR"
 
 # Bounds on what one prompt carries, in characters (a compiler can print megabytes; a model reads ~4 chars/token).
-MAX_LOG_CHARS = 6000
+MAX_LOG_CHARS = 4000
 MAX_REASON_CHARS = 2000
 
 
@@ -64,40 +66,91 @@ def render(name: str, **values: object) -> str:
 # ----------------------------------------------------------------------------------------------- generation
 
 
-def rules_text() -> str:
-    return "\n".join(f"- {rule.summary}" for rule in RULES)
+def rules_text(platform_module: str = "", candidate_api: tuple[str, ...] | list[str] = ()) -> str:
+    """The rules as bullets, with the imports rule naming this target's module and helpers (the generic
+    "platforms.<target>" wording next to a target-specific line read as two different rules)."""
+    api = ", ".join(candidate_api)
+    lines = []
+    for rule in RULES:
+        summary = rule.summary
+        if platform_module and "platforms.<target>" in summary:
+            summary = summary.replace("from platforms.<target> import ...", f"from {platform_module} import "
+                                                                           f"{api or '(nothing)'}")
+        lines.append(f"- {summary}")
+    return "\n".join(lines)
 
 
-def generation_messages(request: GenerationRequest) -> list[dict]:
-    """The system and user messages for one generation call."""
+@dataclass(frozen=True)
+class _Clip:
+    """Bounds on the parts of a prompt that can grow without limit, in characters (one level of clipping)."""
+
+    log: int
+    reason: int
+    reference: int | None  # None: whole; 0: left out
+    recommendation: int
+    history: int  # entries
+    example: bool = True
+
+
+# Tried in order until the prompt fits its budget; the first is what a prompt carries when room is plenty.
+CLIP_LEVELS = (
+    _Clip(log=MAX_LOG_CHARS, reason=MAX_REASON_CHARS, reference=None, recommendation=1200, history=12),
+    _Clip(log=2500, reason=1000, reference=12000, recommendation=600, history=6),
+    _Clip(log=800, reason=400, reference=3000, recommendation=300, history=3),
+    _Clip(log=300, reason=200, reference=0, recommendation=160, history=1, example=False),
+)
+
+
+def generation_messages(request: GenerationRequest, budget_tokens: int | None = None) -> list[dict]:
+    """The system and user messages for one generation call, clipped to fit `budget_tokens` (estimated prompt
+    tokens; None: no bound). What is clipped first: compiler logs, reasons, the reference program, the
+    recommendations, the history; last the example. The problem and the program being fixed are never cut."""
+    messages: list[dict] = []
+    for clip in CLIP_LEVELS:
+        messages = _generation_messages(request, clip)
+        if budget_tokens is None or estimate_prompt_tokens(messages) <= budget_tokens:
+            return messages
+    return messages
+
+
+def _generation_messages(request: GenerationRequest, clip: _Clip) -> list[dict]:
     spec = request.spec
     api = ", ".join(spec.candidate_api) or "(nothing)"
     system = render("generation_system.md", platform_title=spec.title, kernel_language=spec.kernel_language,
                     platform_module=spec.module, candidate_api=api)
     task = render("generation_task.md", problem_name=request.problem_name, platform_title=spec.title,
                   kernel_language=spec.kernel_language)
-    example = render("generation_example.md", platform_title=spec.title,
-                     example_problem=spec.example_problem.strip("\n"),
-                     example_candidate=spec.example_candidate.strip("\n"))
+    # Once the program fed back is correct on this target (the optimization pass), it shows the format better than
+    # the example, and the reference has done its job: both would only cost tokens (~40 % of such a prompt).
+    in_target_format = request.pass_name == "optimization" and request.previous_program is not None
+    example = ""
+    if clip.example and not in_target_format:
+        example = render("generation_example.md", platform_title=spec.title,
+                         example_problem=spec.example_problem.strip("\n"),
+                         example_candidate=spec.example_candidate.strip("\n"))
     reference = ""
-    if request.reference_program:
+    if request.reference_program and not in_target_format and clip.reference != 0:
         reference = render("generation_reference.md", reference_target=request.reference_target or "another target",
-                           reference_program=request.reference_program.strip("\n"))
+                           reference_program=_clip_middle(request.reference_program.strip("\n"), clip.reference))
     previous = ""
     if request.previous_program is not None or request.feedback is not None:
+        feedback = format_feedback(request.feedback, clip) if request.feedback else "(not evaluated)"
         previous = render("generation_previous.md", previous_label=_previous_label(request),
                           previous_program=(request.previous_program or "(no program)").strip("\n"),
-                          feedback=format_feedback(request.feedback) if request.feedback else "(not evaluated)")
+                          feedback=feedback)
     if request.feedback and request.feedback.recommendations:
         previous += render("generation_recommendations.md",
-                           recommendations=format_recommendations(request.feedback.recommendations))
-    rules = render("generation_rules.md", rules=rules_text(), platform_module=spec.module,
-                   candidate_api=api)
+                           recommendations=format_recommendations(request.feedback.recommendations,
+                                                                  clip.recommendation))
+    rules = render("generation_rules.md", rules=rules_text(spec.module, spec.candidate_api),
+                   platform_module=spec.module, candidate_api=api)
     instruction_name = ("generation_instruction_optimization.md" if request.pass_name == "optimization"
                         else "generation_instruction_functional.md")
     instruction = render(instruction_name, platform_title=spec.title)
+    evaluation = f"\n## How it is judged\n\n{request.evaluation.strip()}\n" if request.evaluation.strip() else ""
     user = render("generation_user.md", task=task, example=example, problem=request.problem_source.strip("\n"),
-                  reference=reference, previous=previous, rules=rules, instruction=instruction)
+                  evaluation=evaluation, reference=reference, previous=previous, rules=rules,
+                  instruction=instruction)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -113,9 +166,10 @@ def _previous_label(request: GenerationRequest) -> str:
     return "Your previous program"
 
 
-def format_feedback(feedback: Feedback) -> str:
-    """What the last evaluation said, as text for the model: the verdict, the log, the timings."""
-    reason = _clip(feedback.reason, MAX_REASON_CHARS)
+def format_feedback(feedback: Feedback, clip: _Clip = CLIP_LEVELS[0]) -> str:
+    """What the last evaluation said, as text for the model: the verdict, the log, the timings, and in the
+    optimization pass the program's profile, its roofline and the changes tried so far."""
+    reason = _clip(feedback.reason, clip.reason)
     headline = {
         "compile_error": f"It did not compile: {reason}",
         "runtime_error": f"It failed at run time: {reason}",
@@ -129,10 +183,21 @@ def format_feedback(feedback: Feedback) -> str:
     if feedback.compile_log.strip():
         label = "Compiler output" if feedback.status == "compile_error" else "Output"
         parts.append(f"{label} (line numbers refer to the program as shown above):\n\n```\n"
-                     f"{_clip_log(feedback.compile_log.strip(), MAX_LOG_CHARS)}\n```")
+                     f"{_clip_log(feedback.compile_log.strip(), clip.log)}\n```")
     timings = format_timings(feedback.candidate_ms, feedback.eager_ms, feedback.compiled_ms)
     if timings:
         parts.append("Timings:\n" + timings)
+    if feedback.profile:
+        parts.append("Profile of this program:\n" + format_profile(feedback.profile))
+    if feedback.roofline:
+        parts.append("Roofline: " + format_roofline(feedback.roofline))
+    if feedback.history and clip.history:
+        shown = feedback.history[-clip.history:]
+        older = len(feedback.history) - len(shown)
+        lines = [f"- {_clip(h, 300)}" for h in shown]
+        parts.append("Changes tried so far and what they measured" + (f" (the last {len(shown)}; {older} "
+                                                                       "earlier)" if older else "") + ":\n"
+                     + "\n".join(lines))
     return "\n\n".join(parts)
 
 
@@ -147,7 +212,7 @@ def format_timings(candidate_ms: float | None, eager_ms: float | None, compiled_
     return "\n".join(lines)
 
 
-def format_recommendations(recommendations: list[Recommendation]) -> str:
+def format_recommendations(recommendations: list[Recommendation], limit: int | None = None) -> str:
     lines = []
     for n, r in enumerate(recommendations, 1):
         line = f"{n}. **{r.title}**: {r.change}"
@@ -155,28 +220,44 @@ def format_recommendations(recommendations: list[Recommendation]) -> str:
             line += f" Why: {r.why}"
         if r.expected_gain:
             line += f" Expected gain: {r.expected_gain}."
-        lines.append(line)
+        lines.append(_clip(line, limit) if limit else line)
     return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------- analysis
 
 
-def analysis_messages_text(request: AnalysisRequest) -> tuple[str, str]:
-    """(system text, user text) for the analysis agent; screenshots are attached by the agent as image parts."""
-    system = render("analysis_system.md", platform_title=request.spec.title)
+def analysis_messages_text(request: AnalysisRequest, budget_tokens: int | None = None) -> tuple[str, str]:
+    """(system text, user text) for the analysis agent; screenshots are attached by the agent as image parts.
+    Clipped like the generation prompt to fit `budget_tokens`: the history first, then the profile's extras."""
+    system, user = "", ""
+    for clip in CLIP_LEVELS:
+        system, user = _analysis_texts(request, clip)
+        if budget_tokens is None or estimate_tokens(system) + estimate_tokens(user) <= budget_tokens:
+            break
+    return system, user
+
+
+def _analysis_texts(request: AnalysisRequest, clip: _Clip) -> tuple[str, str]:
+    spec = request.spec
+    api = ", ".join(spec.candidate_api) or "(nothing)"
+    system = render("analysis_system.md", platform_title=spec.title, rules=rules_text(spec.module, spec.candidate_api),
+                    platform_module=spec.module, candidate_api=api)
     timings = format_timings(request.candidate_ms, request.eager_ms, request.compiled_ms) or "(not measured)"
     history = ""
-    if request.history:
+    if request.history and clip.history:
+        shown = request.history[-clip.history * 2:]
         history = "\n## Changes tried so far and their measured effect\n\n" + "\n".join(
-            f"- {_history_line(h)}" for h in request.history) + "\n"
+            f"- {_clip(_history_line(h), 400)}" for h in shown) + "\n"
     screenshots = ""
     if request.screenshots:
         screenshots = (f"\n{len(request.screenshots)} profiler screenshot(s) are attached; read them for what the "
-                       "summary above does not show.\n")
+                       f"summary above does not show. {request.screenshots_note}".rstrip() + "\n")
+    evaluation = f"\n## How it is judged\n\n{request.evaluation.strip()}\n" if request.evaluation.strip() else ""
     user = render("analysis_user.md", problem=request.problem_source.strip("\n"), program=request.program.strip("\n"),
-                  timings=timings, profile=format_profile(request.profile), roofline=format_roofline(request.roofline),
-                  history=history, screenshots=screenshots)
+                  timings=timings, profile=format_profile(request.profile, 3000 if clip.example else 600),
+                  roofline=format_roofline(request.roofline), history=history, screenshots=screenshots,
+                  evaluation=evaluation)
     return system, user
 
 
@@ -186,7 +267,7 @@ def _history_line(entry: dict) -> str:
     return f"iteration {entry.get('iteration')}: {tried} -> {outcome}"
 
 
-def format_profile(profile: dict | None) -> str:
+def format_profile(profile: dict | None, extras_chars: int = 3000) -> str:
     if not profile:
         return "(no profile: this target has no profiler adapter, or profiling failed)"
     if profile.get("error"):
@@ -209,7 +290,7 @@ def format_profile(profile: dict | None) -> str:
     known = {"tool", "device", "per_forward_ms", "kernels", "custom_share", "launches_per_forward", "notes"}
     extras = {k: v for k, v in profile.items() if k not in known}
     if extras:  # platform extras (e.g. "ncu" metrics) go through as compact JSON
-        lines.append("platform details: " + _clip(json.dumps(extras, default=str), 3000))
+        lines.append("platform details: " + _clip(json.dumps(extras, default=str), extras_chars))
     return "\n".join(lines)
 
 
@@ -244,6 +325,14 @@ def format_roofline(roofline: dict | None) -> str:
 def _clip(text: str, limit: int) -> str:
     text = text or ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _clip_middle(text: str, limit: int | None) -> str:
+    """Keep both ends of a program (imports and setup; ModelNew at the end), cut from the middle."""
+    if limit is None or len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n# … ({len(text) - 2 * half} characters cut to fit the model's context) …\n{text[-half:]}"
 
 
 def _clip_log(text: str, limit: int) -> str:

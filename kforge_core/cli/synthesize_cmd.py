@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the loop (and the openai package under it) is imported only
     from ..loop import RunConfig
     from ..loop.events import LoopEvent
 
+EXIT_ENDPOINT = 3  # the model endpoint stopped the run
 NO_ENDPOINT_NOTE = "no LLM endpoint configured: using the built-in, rule-based synthesizer (no LLM)"
 
 
@@ -29,8 +30,9 @@ def register(sub) -> None:
                     "With --json one JSON object (run_id, status, best, iterations) is printed on stdout at the end; "
                     "without it the best program's code is printed on stdout. Every step is recorded in the run "
                     "store (see `runs`). Exit code 0 whenever the run finished, with or without a correct program; "
-                    "2 for usage errors and unreachable endpoints; 130 after Ctrl-C (the run is recorded as "
-                    "cancelled).")
+                    "2 for usage errors and unreachable endpoints (an unknown model included); 3 when the model "
+                    "endpoint stopped the run (a refusal, or failing too long: the best program so far is kept and "
+                    "printed; resume the run later); 130 after Ctrl-C (the run is recorded as cancelled).")
     p.add_argument("--problem", help="KernelBench-format problem file (Model, get_inputs, get_init_inputs)")
     p.add_argument("--target", help="target platform (see `platforms`)")
     add_run_options(p)
@@ -67,7 +69,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     more.add_argument("--screenshot", action="append", metavar="PNG", help="profiler screenshot (PNG/JPEG) for the "
                                                                          "analysis agent; repeatable")
     more.add_argument("--tolerance", choices=sorted(POLICIES), help="tolerance policy (default: default)")
-    more.add_argument("--size-class", choices=("cpu", "gpu"), help="apply a gallery problem's size class")
+    more.add_argument("--size-class", choices=("cpu", "gpu"),
+                      help="a gallery problem's size class (default: cpu on CPU targets when the problem declares "
+                           "CPU_SIZES, as `bench` does; else the file's own sizes)")
     more.add_argument("--eval-timeout", type=float, metavar="S", help="wall-clock limit of one evaluation "
                                                                       "(default 300 s)")
     more.add_argument("--no-baselines", action="store_true", default=None,
@@ -124,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
             problem_path = Path(args.problem)
             config = RunConfig(problem_source=_read(problem_path, "problem file"), problem_name=problem_path.stem,
                                target=args.target, **overrides_from_args(args), **_reference_from_run(store, args))
+            if config.size_class is None:
+                config.size_class = default_size_class(config.problem_source, config.target)
             run_id = None
         notes = prepare_agent(config, explicit_agent=args.agent is not None or bool(args.resume))
         if run_id is None:
@@ -131,6 +137,21 @@ def run(args: argparse.Namespace) -> int:
         else:
             store.update_run(run_id, config=config.to_record())
     return execute_and_report(db, run_id, config, args, notes, resume=bool(args.resume))
+
+
+def default_size_class(problem_source: str, target: str) -> str | None:
+    """"cpu" on a CPU target for a problem that declares CPU_SIZES (its file sizes are for GPUs: a candidate run at
+    them on a CPU runs out of memory or time, correct or not); None (the file's sizes) otherwise."""
+    from ..agents.facts import evaluated_sizes
+    from ..platform import get_platform
+
+    try:
+        platform = get_platform(target)
+    except Exception:  # noqa: BLE001 - an unknown target is reported by the run's own validation, with its hint
+        return None
+    if platform.device_type == "cpu" and evaluated_sizes(problem_source, "cpu"):
+        return "cpu"
+    return None
 
 
 def prepare_agent(config: RunConfig, explicit_agent: bool) -> list[str]:
@@ -156,6 +177,13 @@ def prepare_agent(config: RunConfig, explicit_agent: bool) -> list[str]:
     check = check_endpoint(llm_cfg, timeout_s=min(20.0, llm_cfg.timeout_s), test_call=False)
     if not check.ok:
         raise UsageError(f"cannot use the LLM endpoint {llm_cfg.endpoint}: {check.error}")
+    if check.models:  # a server that lists its models: an unknown one would only fail the run later
+        unknown = [m for m in dict.fromkeys((llm_cfg.model_for("generation"), llm_cfg.model_for("analysis")))
+                   if m and m not in check.models]
+        if unknown:
+            served = ", ".join(check.models[:20]) + (" ..." if len(check.models) > 20 else "")
+            raise UsageError(f"the LLM endpoint {llm_cfg.endpoint} does not serve model(s) "
+                             f"{', '.join(repr(m) for m in unknown)}; it serves: {served}")
     for note in check.notes:
         print(f"note: {note}", file=sys.stderr)
         notes.append(note)
@@ -185,15 +213,18 @@ def execute_and_report(db: Path, run_id: str, config: RunConfig, args: argparse.
         summary = summarize_run(store, run_id)
     summary["stop_reason"] = printer.stop_reason
     summary["notes"] = notes
-    print(final_line(summary), file=sys.stderr)
+    print(final_line(summary, printer.printed_errors), file=sys.stderr)
     if args.json:
         print_json(summary)
     elif summary["best"]:
         sys.stdout.write(summary["best"]["code"])
-    return 130 if interrupted else 0
+    if interrupted:
+        return 130
+    return EXIT_ENDPOINT if printer.endpoint_failure else 0
 
 
-def final_line(summary: dict) -> str:
+def final_line(summary: dict, printed_errors: set[str] | frozenset[str] = frozenset()) -> str:
+    """The run's last line; an error already printed as it happened is not repeated."""
     best = summary["best"]
     line = f"run {summary['run_id']} {summary['status']}"
     if best:
@@ -201,11 +232,18 @@ def final_line(summary: dict) -> str:
                  f"{fmt_x(best['speedup_vs_eager'])} vs eager")
         if best["speedup_vs_compiled"] is not None:
             line += f", {fmt_x(best['speedup_vs_compiled'])} vs torch.compile"
-    elif summary.get("error"):
+    elif summary.get("error") and not _already_printed(summary["error"], printed_errors):
         line += f": {summary['error']}"
-    if summary.get("stop_reason") and summary["stop_reason"] != summary.get("error"):
-        line += f" (stopped: {summary['stop_reason']})"
+    stop = summary.get("stop_reason")
+    if stop and stop != summary.get("error") and not _already_printed(stop, printed_errors):
+        line += f" (stopped: {stop})"
+    elif stop and best and _already_printed(stop, printed_errors):
+        line += " (stopped by the model endpoint: see above; resume the run later)"
     return line
+
+
+def _already_printed(message: str, printed: set[str] | frozenset[str]) -> bool:
+    return any(p and (message.startswith(p) or p.startswith(message)) for p in printed)
 
 
 def _read(path: str | Path, what: str) -> str:
@@ -224,7 +262,10 @@ class ProgressPrinter:
     def __init__(self, stream: TextIO, verbose: bool = False):
         self.stream, self.verbose = stream, verbose
         self.stop_reason = ""
+        self.endpoint_failure = False
+        self.printed_errors: set[str] = set()  # so that the final line does not repeat them
         self._mid_line = False  # tokens were written without a newline
+        self._thinking = False  # the verbose stream is inside the model's thinking
 
     def __call__(self, event: LoopEvent) -> None:
         handler = getattr(self, "on_" + event.kind, None)
@@ -239,10 +280,28 @@ class ProgressPrinter:
         self.stream.flush()
 
     def on_tokens(self, e) -> None:
-        if self.verbose:
-            self.stream.write(e.text)
-            self.stream.flush()
-            self._mid_line = not e.text.endswith("\n")
+        if not self.verbose:
+            return
+        thinking = bool(getattr(e, "thinking", False))
+        if thinking != self._thinking:  # mark where the thinking starts and ends (it is not the answer)
+            self._line("  [thinking]" if thinking else "  [answer]")
+            self._thinking = thinking
+        self.stream.write(e.text)
+        self.stream.flush()
+        self._mid_line = not e.text.endswith("\n")
+
+    def on_retry(self, e) -> None:
+        where = f"[{e.iteration}] " if e.iteration is not None else ""
+        if e.where == "loop":
+            self._line(f"  {where}waiting {e.delay_s:.0f} s for the model endpoint before the next step "
+                       f"(failure {e.attempt} in a row)")
+        else:
+            self._line(f"  {where}model endpoint: {e.error}; retrying in {e.delay_s:.1f} s (attempt "
+                       f"{e.attempt + 1})")
+
+    def on_usage(self, e) -> None:
+        if getattr(e, "warning", ""):
+            self._line(f"  [{e.iteration}] warning: {e.warning}")
 
     def on_pass_started(self, e) -> None:
         self._line(f"{e.pass_name} pass: up to {e.max_iterations} step(s)")
@@ -252,7 +311,8 @@ class ProgressPrinter:
         self._line(f"  [{e.iteration}] {what} ({e.model})…")
 
     def on_program_missing(self, e) -> None:
-        self._line(f"  [{e.iteration}] no program: {e.error}")
+        if e.error not in self.printed_errors:  # an endpoint failure was printed as an error already
+            self._line(f"  [{e.iteration}] no program: {e.error}")
 
     def on_program_extracted(self, e) -> None:
         if e.notes:
@@ -267,8 +327,12 @@ class ProgressPrinter:
     def on_error(self, e) -> None:
         where = f"[{e.iteration}] " if e.iteration is not None else ""
         self._line(f"  {where}error ({e.where}): {e.message}")
+        self.printed_errors.add(e.message)
 
     def on_iteration_finished(self, e) -> None:
+        if e.reason and any(e.reason.startswith(p) for p in self.printed_errors):
+            self._line(f"  [{e.iteration}] {e.status}: (the endpoint error above)")
+            return
         if e.status == "correct":
             detail = f"{fmt_ms(e.candidate_ms)}  {fmt_x(e.speedup_vs_eager)} vs eager"
             if e.speedup_vs_compiled is not None:
@@ -284,3 +348,4 @@ class ProgressPrinter:
 
     def on_run_finished(self, e) -> None:
         self.stop_reason = e.stop_reason
+        self.endpoint_failure = bool(getattr(e, "endpoint_failure", False))

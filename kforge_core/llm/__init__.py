@@ -6,11 +6,12 @@
         analysis = llm.chat(msgs, model=cfg.model_for("analysis"))
 
 Modules: config (LLMConfig, resolve_config), client (LLMClient, ChatResult), errors (the LLMError family),
-images (image messages), endpoint (check_endpoint), retry (backoff policy), translate (SDK errors -> ours),
+images (image messages), context (context windows and prompt budgets), endpoint (check_endpoint), retry (backoff policy), translate (SDK errors -> ours),
 tokens (usage estimates).
 """
 
 from .client import ChatResult, LLMClient, RetryEvent
+from .context import DEFAULT_CONTEXT_TOKENS, prompt_budget
 from .config import (
     DEFAULT_BASE_URL,
     DEFAULT_SETTINGS_PATH,
@@ -27,6 +28,7 @@ from .errors import (
     LLMBadResponseError,
     LLMConfigError,
     LLMConnectionError,
+    LLMContextError,
     LLMError,
     LLMImageError,
     LLMImagesUnsupportedError,
@@ -57,6 +59,7 @@ __all__ = [
     "LLMBadResponseError",
     "LLMConfigError",
     "LLMConnectionError",
+    "LLMContextError",
     "LLMError",
     "LLMImageError",
     "LLMImagesUnsupportedError",
@@ -72,4 +75,6 @@ __all__ = [
     "sniff_image_type",
     "estimate_prompt_tokens",
     "estimate_tokens",
+    "DEFAULT_CONTEXT_TOKENS",
+    "prompt_budget",
 ]

@@ -12,6 +12,14 @@ Behaviour worth knowing:
   * Portability: if a server refuses `max_tokens` (OpenAI reasoning models want `max_completion_tokens`), a
     non-default `temperature`, or `stream_options`, the request is reshaped once and sent again; the client
     remembers the reshaping for later calls.
+  * Reasoning models: `reasoning_content` (vLLM with a reasoning parser, DeepSeek) or `reasoning` deltas go to
+    `on_reasoning`, never into the answer; `ChatResult.reasoning` keeps them. Thinking written into the content
+    (`<think>...</think>`) is the caller's to split (`kforge_core.agents.thinking`).
+  * Context: `context_window(model)` says how many tokens the model holds (setting, what the server revealed,
+    GET /models, default: see `context`); a context-length refusal raises `LLMContextError` and teaches the
+    client the window it named; a reply whose `prompt_tokens` is far below the estimate carries a warning.
+  * A failed call's error carries estimated `prompt_tokens` / `completion_tokens` when the server had begun
+    answering (a broken stream), so that the caller can account what it cost.
   * Exceptions raised by `on_token` propagate unchanged (that is how a caller cancels a stream).
 """
 
@@ -25,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 import openai
 
 from .config import LLMConfig
-from .errors import LLMBadResponseError, LLMConfigError, LLMError, LLMStreamError, detail
+from .context import DEFAULT_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS, truncation_warning, window_from_model_entry
+from .errors import LLMBadResponseError, LLMConfigError, LLMContextError, LLMError, LLMStreamError, detail
 from .images import has_images
 from .retry import backoff_delay
 from .tokens import estimate_prompt_tokens, estimate_tokens
@@ -61,6 +70,10 @@ class ChatResult:
     """Seconds from sending the request to the first content delta (streaming only)."""
     elapsed_s: float = 0.0
     """Seconds for the whole call, failed attempts and backoff included."""
+    reasoning: str = ""
+    """The model's separate reasoning (`reasoning_content` deltas), when the server sends it apart."""
+    warnings: tuple[str, ...] = ()
+    """Things the caller should show (e.g. the server cut the prompt to its context window)."""
 
     @property
     def truncated(self) -> bool:
@@ -87,6 +100,7 @@ class _Outcome:
     usage: Any
     model: str | None
     first_token_s: float | None = None
+    reasoning: str = ""
 
 
 class _AttemptFailed(Exception):
@@ -133,6 +147,8 @@ class LLMClient:
         self._sdk = openai.OpenAI(**kwargs)
         self._reshape: set[str] = set()
         self._reshape_lock = threading.Lock()
+        self._windows: dict[str, int] = {}  # model -> context window the server revealed or published
+        self._listed_windows: dict[str, int | None] | None = None  # GET /models, asked once
 
     # ---- lifecycle
     def close(self) -> None:
@@ -159,10 +175,13 @@ class LLMClient:
         temperature: float | None = _UNSET,
         max_retries: int | None = None,
         timeout_s: float | None = None,
+        on_reasoning: TokenCallback | None = None,
+        on_retry: Callable[[RetryEvent], None] | None = None,
     ) -> ChatResult:
         """One chat completion. `model`, `max_tokens`, `temperature`, `max_retries`, `timeout_s` override the
         config for this call (None for max_tokens/temperature means "server default"). Without streaming,
-        `on_token` receives the whole text once. Raises an `LLMError` subclass on failure."""
+        `on_token` receives the whole text once. `on_reasoning` gets separate reasoning deltas, `on_retry` each
+        backoff of this call (besides the client's own `on_retry`). Raises an `LLMError` subclass on failure."""
         messages = list(messages)
         if not messages:
             raise ValueError("chat() needs at least one message")
@@ -183,7 +202,7 @@ class LLMClient:
             t0 = time.monotonic()
             try:
                 if stream:
-                    out = self._stream_once(params, on_token, ctx, n, timeout)
+                    out = self._stream_once(params, on_token, on_reasoning, ctx, n, timeout)
                 else:
                     out = self._json_once(params, on_token, ctx, n, timeout)
             except openai.APIStatusError as err:
@@ -193,17 +212,34 @@ class LLMClient:
             return out, time.monotonic() - t0
 
         start = time.monotonic()
-        (out, latency), attempts = self._with_retries(attempt, ctx, max_retries)
+        estimate = estimate_prompt_tokens(messages)
+        try:
+            (out, latency), attempts = self._with_retries(attempt, ctx, max_retries, on_retry)
+        except LLMContextError as err:
+            if err.context_tokens:
+                self.learn_context_window(model, err.context_tokens)
+            raise
+        except LLMStreamError as err:
+            # The server read the prompt and began answering: that much was spent (no usage comes with a break).
+            err.prompt_tokens, err.completion_tokens = estimate, estimate_tokens(err.partial_text)
+            raise
         usage = out.usage
         prompt_tokens = getattr(usage, "prompt_tokens", None)
         completion_tokens = getattr(usage, "completion_tokens", None)
         estimated = not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int)
+        warnings: list[str] = []
+        if isinstance(prompt_tokens, int):
+            warning = truncation_warning(estimate, prompt_tokens, model)
+            if warning:
+                warnings.append(warning)
+                self.learn_context_window(model, prompt_tokens)  # about what the server kept: its window
         return ChatResult(
             text=out.text,
             finish_reason=out.finish_reason,
-            prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else estimate_prompt_tokens(messages),
+            prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else estimate,
             completion_tokens=(
-                completion_tokens if isinstance(completion_tokens, int) else estimate_tokens(out.text)
+                completion_tokens if isinstance(completion_tokens, int)
+                else estimate_tokens(out.text) + estimate_tokens(out.reasoning)
             ),
             latency_s=latency,
             model=out.model or model,
@@ -211,7 +247,45 @@ class LLMClient:
             usage_estimated=estimated,
             first_token_s=out.first_token_s,
             elapsed_s=time.monotonic() - start,
+            reasoning=out.reasoning,
+            warnings=tuple(warnings),
         )
+
+    # ---- context window
+    def context_window(self, model: str | None = None) -> int:
+        """Tokens the model's context holds: the setting, else what the server revealed, else GET /models (asked
+        once per client, failures ignored), else `DEFAULT_CONTEXT_TOKENS`."""
+        model = model or self.config.model or ""
+        if self.config.context_tokens:
+            return self.config.context_tokens
+        with self._reshape_lock:
+            learned = self._windows.get(model)
+        if learned:
+            return learned
+        listed = self._listed_window(model)
+        return listed or DEFAULT_CONTEXT_TOKENS
+
+    def learn_context_window(self, model: str, tokens: int) -> None:
+        """Remember a window the server revealed (a refusal naming it, a prompt it cut); only ever smaller."""
+        tokens = max(int(tokens), MIN_CONTEXT_TOKENS)
+        with self._reshape_lock:
+            known = self._windows.get(model)
+            if known is None or tokens < known:
+                self._windows[model] = tokens
+
+    def _listed_window(self, model: str) -> int | None:
+        if self._listed_windows is None:
+            windows: dict[str, int | None] = {}
+            try:
+                page = self._sdk.models.list(timeout=_timeout(min(self.config.timeout_s, 20.0)))
+                for entry in getattr(page, "data", None) or []:
+                    raw = entry.model_dump() if hasattr(entry, "model_dump") else dict(entry)
+                    if isinstance(raw.get("id"), str):
+                        windows[raw["id"]] = window_from_model_entry(raw)
+            except (openai.OpenAIError, *_SHAPE_ERRORS):
+                pass  # a server without /models: the setting or the default decides
+            self._listed_windows = windows
+        return self._listed_windows.get(model)
 
     def list_models(self, *, timeout_s: float | None = None, max_retries: int | None = None) -> list[str]:
         """Model ids the endpoint serves (GET /models), in the server's order."""
@@ -276,19 +350,23 @@ class LLMClient:
         if not choices:
             raise _AttemptFailed(self._bad_response(ctx, attempt, _NO_CHOICES, "returned no choices"))
         choice = choices[0]
-        content = getattr(getattr(choice, "message", None), "content", None)
+        message = getattr(choice, "message", None)
+        content = getattr(message, "content", None)
         text = content if isinstance(content, str) else ""
+        thought = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
         if on_token is not None and text:
             on_token(text)
         return _Outcome(text, getattr(choice, "finish_reason", None), getattr(response, "usage", None),
-                        getattr(response, "model", None))
+                        getattr(response, "model", None), reasoning=thought if isinstance(thought, str) else "")
 
     def _stream_once(
-        self, params: dict, on_token: TokenCallback | None, ctx: CallContext, attempt: int, timeout: float
+        self, params: dict, on_token: TokenCallback | None, on_reasoning: TokenCallback | None, ctx: CallContext,
+        attempt: int, timeout: float,
     ) -> _Outcome:
         t0 = time.monotonic()
         stream = self._sdk.chat.completions.create(**params, timeout=_timeout(timeout))
         parts: list[str] = []
+        thinking: list[str] = []
         finish: str | None = None
         usage: Any = None
         model: str | None = None
@@ -305,7 +383,8 @@ class LLMClient:
                 except openai.APIError as err:
                     if finish is not None:
                         break  # the answer was complete; only the usage chunk / [DONE] got lost
-                    raise _AttemptFailed(self._stream_failure(err, ctx, attempt, "".join(parts))) from None
+                    raise _AttemptFailed(self._stream_failure(err, ctx, attempt, "".join(parts),
+                                                              seen=bool(parts or thinking))) from None
                 except ValueError:  # an SSE data line that is not JSON
                     failure = self._bad_response(ctx, attempt, _NOT_OPENAI, "sent a malformed stream event")
                     raise _AttemptFailed(failure) from None
@@ -315,7 +394,14 @@ class LLMClient:
                     if getattr(choice, "index", 0) != 0:
                         continue
                     saw_choice = True
-                    content = getattr(getattr(choice, "delta", None), "content", None)
+                    delta = getattr(choice, "delta", None)
+                    # vLLM's reasoning parsers and DeepSeek say reasoning_content; newer vLLM and OpenRouter reasoning
+                    thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+                    if isinstance(thought, str) and thought:
+                        thinking.append(thought)
+                        if on_reasoning is not None:
+                            on_reasoning(thought)
+                    content = getattr(delta, "content", None)
                     if isinstance(content, str) and content:
                         if first is None:
                             first = time.monotonic() - t0
@@ -339,13 +425,14 @@ class LLMClient:
                         endpoint=ctx.endpoint,
                         attempts=attempt,
                     ),
-                    retryable=not text,
+                    retryable=not (text or thinking),
                 )
             )
-        return _Outcome(text, finish, usage, model, first)
+        return _Outcome(text, finish, usage, model, first, "".join(thinking))
 
     # ---- failures
-    def _stream_failure(self, err: openai.APIError, ctx: CallContext, attempt: int, partial: str) -> Failure:
+    def _stream_failure(self, err: openai.APIError, ctx: CallContext, attempt: int, partial: str,
+                        seen: bool) -> Failure:
         if isinstance(err, openai.APITimeoutError):
             what = f"stalled (no data for {ctx.timeout_s:g} s)"
         elif isinstance(err, openai.APIConnectionError):
@@ -363,7 +450,7 @@ class LLMClient:
                 attempts=attempt,
             ),
             # Once text reached on_token, a silent retry would show the caller the same tokens twice.
-            retryable=not partial,
+            retryable=not seen,
         )
 
     def _bad_response(self, ctx: CallContext, attempt: int, hint: str, what: str) -> Failure:
@@ -401,7 +488,8 @@ class LLMClient:
         secrets = (self.config.api_key,) if self.config.api_key else ()
         return CallContext(self.config.endpoint, model, had_images, timeout_s, secrets)
 
-    def _with_retries(self, attempt_fn: Callable[[int], T], ctx: CallContext, max_retries: int | None) -> tuple[T, int]:
+    def _with_retries(self, attempt_fn: Callable[[int], T], ctx: CallContext, max_retries: int | None,
+                      on_retry: Callable[[RetryEvent], None] | None = None) -> tuple[T, int]:
         cfg = self.config
         budget = cfg.max_retries if max_retries is None else max_retries
         attempts = retries = 0
@@ -423,8 +511,9 @@ class LLMClient:
                     raise failure.error from None  # its message carries the server's hint
                 delay = failure.retry_after_s
             retries += 1
-            if self._on_retry is not None:
-                self._on_retry(RetryEvent(attempts, failure.error, delay))
+            for callback in (self._on_retry, on_retry):
+                if callback is not None:
+                    callback(RetryEvent(attempts, failure.error, delay))
             self._sleep(delay)
 
 

@@ -5,7 +5,8 @@ Priority, per field: explicit flags > environment > settings file > defaults.
     environment           OPENAI_BASE_URL, OPENAI_API_KEY, KFORGE_MODEL, KFORGE_ANALYSIS_MODEL
     settings file (TOML)  $KFORGE_SETTINGS, else ~/.config/kforge/settings.toml; section [llm] with
                           base_url, api_key, model, analysis_model (and optionally timeout_s, max_retries,
-                          max_tokens, temperature). A missing file counts as empty.
+                          max_tokens, temperature, context_tokens, price_per_mtok = [prompt, completion],
+                          analysis_price_per_mtok). A missing file counts as empty.
 
 Generation and analysis may use different models: `model` and `analysis_model` (falls back to `model`).
 """
@@ -57,6 +58,14 @@ class LLMConfig:
     """Upper bound on completion tokens per answer. None: the server's default (often the model's maximum)."""
     temperature: float | None = None
     """Sampling temperature (0 = most deterministic). None: the server's default."""
+    context_tokens: int | None = None
+    """The model's context window in tokens. None: what the server publishes (GET /models) or reveals, else
+    `context.DEFAULT_CONTEXT_TOKENS`. Set it for servers that publish nothing (Ollama: its OLLAMA_CONTEXT_LENGTH)."""
+    price_per_mtok: tuple[float, float] | None = None
+    """(prompt, completion) price in currency units per million tokens of the generation model, for cost shown
+    with the usage; None: not priced."""
+    analysis_price_per_mtok: tuple[float, float] | None = None
+    """The same for the analysis model. None: `price_per_mtok` when both roles use the same model."""
     retry_base_delay_s: float = 1.0
     """First backoff delay in seconds; it doubles on each retry (with a little jitter)."""
     retry_max_delay_s: float = 30.0
@@ -76,6 +85,13 @@ class LLMConfig:
             problems.append(f"max_retries must be >= 0 (got {self.max_retries})")
         if self.max_tokens is not None and self.max_tokens <= 0:
             problems.append(f"max_tokens must be > 0 (got {self.max_tokens})")
+        if self.context_tokens is not None and self.context_tokens <= 0:
+            problems.append(f"context_tokens must be > 0 (got {self.context_tokens})")
+        for name in ("price_per_mtok", "analysis_price_per_mtok"):
+            price = getattr(self, name)
+            if price is not None and (len(price) != 2 or any(not isinstance(p, (int, float)) or p < 0
+                                                              for p in price)):
+                problems.append(f"{name} must be two numbers >= 0: (prompt, completion) per million tokens")
         if self.retry_base_delay_s < 0 or self.retry_max_delay_s < 0 or self.max_retry_after_s < 0:
             problems.append("retry delays must be >= 0")
         if problems:
@@ -108,6 +124,16 @@ class LLMConfig:
         if role == "analysis":
             return self.analysis_model or self.model
         return self.model
+
+    def price_for(self, role: Role = "generation") -> tuple[float, float] | None:
+        """(prompt, completion) price per million tokens of the role's model, when one is set. The analysis role
+        falls back to the generation price only when both roles use the same model."""
+        price = self.price_per_mtok
+        if role == "analysis":
+            same_model = self.model_for("analysis") == self.model
+            price = self.analysis_price_per_mtok if self.analysis_price_per_mtok is not None else \
+                (price if same_model else None)
+        return (float(price[0]), float(price[1])) if price is not None else None
 
     def for_role(self, role: Role) -> LLMConfig:
         """This config with `model` set to the role's model (for a client dedicated to one agent)."""
@@ -154,7 +180,9 @@ def load_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 _STR_FIELDS = ("base_url", "api_key", "model", "analysis_model")
-_NUM_FIELDS = {"timeout_s": float, "max_retries": int, "max_tokens": int, "temperature": float}
+_NUM_FIELDS = {"timeout_s": float, "max_retries": int, "max_tokens": int, "temperature": float,
+               "context_tokens": int}
+_PRICE_FIELDS = ("price_per_mtok", "analysis_price_per_mtok")
 _ENV_FOR = {"base_url": ENV_BASE_URL, "api_key": ENV_API_KEY, "model": ENV_MODEL, "analysis_model": ENV_ANALYSIS_MODEL}
 
 
@@ -168,6 +196,7 @@ def resolve_config(
     max_retries: int | None = None,
     max_tokens: int | None = None,
     temperature: float | None = None,
+    context_tokens: int | None = None,
     settings_path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     **extra: Any,
@@ -188,6 +217,9 @@ def resolve_config(
         max_retries=max_retries,
         max_tokens=max_tokens,
         temperature=temperature,
+        context_tokens=context_tokens,
+        price_per_mtok=extra.pop("price_per_mtok", None),
+        analysis_price_per_mtok=extra.pop("analysis_price_per_mtok", None),
     )
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -211,6 +243,12 @@ def _typed(name: str, value: Any, path: Path) -> Any:
         if not isinstance(value, str):
             raise LLMConfigError(f"settings file {path}: [llm] {name} must be a string")
         return value
+    if name in _PRICE_FIELDS:
+        if not isinstance(value, list) or len(value) != 2 or any(
+                isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
+            raise LLMConfigError(f"settings file {path}: [llm] {name} must be [prompt, completion] prices per "
+                                 "million tokens, e.g. [2.5, 10]")
+        return (float(value[0]), float(value[1]))
     kind = _NUM_FIELDS.get(name)
     if kind is None:
         return value

@@ -30,6 +30,10 @@ class LLMError(KForgeError):
         self.endpoint = endpoint
         self.status = status
         self.attempts = attempts
+        # What the failed call cost, as far as we can tell (set by the client: estimates, since a failed call
+        # reports no usage): prompt tokens when the server began answering, and the partial answer's tokens.
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
         super().__init__(one_line(message))
 
     def __repr__(self) -> str:
@@ -66,6 +70,16 @@ class LLMServerError(LLMError):
 
 class LLMRequestError(LLMError):
     """HTTP 400/404/422 and other non-retryable refusals of the request itself (unknown model, bad parameter)."""
+
+
+class LLMContextError(LLMRequestError):
+    """The prompt (plus the room asked for the answer) does not fit the model's context window (HTTP 400).
+    `context_tokens` is the window the server named, when it named one. Not a reason to stop a run: the caller
+    clips the prompt and asks again, or treats it as a failed call of the model."""
+
+    def __init__(self, message: str, *, context_tokens: int | None = None, **kw):
+        self.context_tokens = context_tokens
+        super().__init__(message, **kw)
 
 
 class LLMImagesUnsupportedError(LLMRequestError):

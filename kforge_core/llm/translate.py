@@ -15,6 +15,7 @@ from .errors import (
     LLMAuthError,
     LLMBadResponseError,
     LLMConnectionError,
+    LLMContextError,
     LLMError,
     LLMImagesUnsupportedError,
     LLMRateLimitError,
@@ -23,6 +24,7 @@ from .errors import (
     LLMTimeoutError,
     detail,
 )
+from .context import is_context_refusal, window_from_message
 from .retry import is_retryable_status, parse_retry_after
 
 # How servers phrase "this model cannot see images": OpenAI ("image_url is only supported by certain models"),
@@ -139,6 +141,18 @@ def _from_status(err: openai.APIStatusError, ctx: CallContext, attempts: int) ->
                 **common,
             ),
             retryable=False,
+        )
+    if status in (400, 413, 422) and is_context_refusal(msg):
+        window = window_from_message(msg)
+        named = f" of {window} tokens" if window else ""
+        return Failure(
+            LLMContextError(
+                f"the prompt does not fit the context window{named} of model {model!r} at {ep} (HTTP {status}: "
+                f"{msg}); shorten the prompt, or load the model with a longer context",
+                context_tokens=window,
+                **common,
+            ),
+            False,
         )
     if status in (401, 403):
         hint = (

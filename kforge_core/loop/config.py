@@ -38,12 +38,19 @@ class RunConfig:
     reference_program: str | None = None  # a working program for another target (the paper's strongest aid)
     reference_target: str | None = None  # which target `reference_program` is for
     screenshots: list[str] = field(default_factory=list)  # PNG/JPEG profiler screenshots for the analysis agent
+    screenshots_of: int | None = None  # the iteration whose program they show; None: taken before the run
     tolerance: str = "default"  # kforge_core.eval.tolerance policy name
     size_class: str | None = None  # "cpu" / "gpu": a gallery problem's size class; None keeps the file's sizes
     eval_timeout_s: float = 300.0  # wall-clock limit of one evaluation (build, checks, timing), seconds
     eval_timing_options: dict = field(default_factory=dict)  # EvalOptions.timing_options (min_trials, budget_s...)
     eval_baselines: bool = True  # time torch.compile next to each correct candidate (~3 s warm, ~20 s cold)
     llm_options: dict = field(default_factory=dict)  # extra LLMConfig fields: timeout_s, max_retries, max_tokens...
+    # After a model call failed (the client's own retries spent), the loop waits before its next step: this many
+    # seconds, doubling per failure in a row, or what a 429's Retry-After asks for up to endpoint_max_wait_s (a
+    # longer wait stops the run: resume it later). max_endpoint_failures in a row stop the run the same way.
+    endpoint_backoff_s: float = 10.0
+    endpoint_max_wait_s: float = 600.0
+    max_endpoint_failures: int = 5
 
     def __post_init__(self) -> None:
         self.screenshots = [str(p) for p in (self.screenshots or [])]
@@ -69,6 +76,10 @@ class RunConfig:
             problems.append("max_wall_s must be > 0")
         if self.max_total_tokens is not None and self.max_total_tokens <= 0:
             problems.append("max_total_tokens must be > 0")
+        if self.endpoint_backoff_s < 0 or self.endpoint_max_wait_s < 0:
+            problems.append("endpoint_backoff_s and endpoint_max_wait_s must be >= 0")
+        if self.max_endpoint_failures < 1:
+            problems.append("max_endpoint_failures must be at least 1")
         if self.eval_timeout_s <= 0:
             problems.append("eval_timeout_s must be > 0")
         if bool(self.reference_program) != bool(self.reference_target):

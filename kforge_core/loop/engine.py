@@ -13,9 +13,11 @@ as an event first, then re-raised).
 
 The model's mistakes are data: a compile error, a wrong kernel, a reply without a program end an iteration with
 that status and are fed back to the next generation. An endpoint failure (timeout, 5xx, broken stream after the
-client's retries) also ends the iteration (`no_program`, with the reason) and the loop goes on, until
-`MAX_ENDPOINT_FAILURES` calls in a row have failed; a refusal that would repeat identically (bad key, unknown
-model) stops the run at once.
+client's retries) also ends the iteration (`no_program`, with the reason) but does not use up a step: the loop
+waits (`endpoint_backoff_s`, doubling; a 429's Retry-After up to `endpoint_max_wait_s`) and goes on, until
+`max_endpoint_failures` calls in a row have failed or the server asks for a longer wait; a refusal that would
+repeat identically (bad key, unknown model) stops the run at once. A run stopped by its endpoint keeps its best
+program: it ends `succeeded` when it holds one (the stop reason says to resume later), `failed` otherwise.
 
 Evaluations run one at a time: the machine may have two cores, and timing runs must never overlap (a candidate
 timed while another compiles would be measured on a loaded machine). Only the model calls of a best-of-k step run
@@ -68,6 +70,7 @@ class Synthesis(CandidateSteps):
         self.platform = get_platform(config.target, require_available=True)  # resolved once for the run
         self.spec = self.platform.spec()
         self._open: dict[int, str] = {}  # iterations started and not finished -> pass
+        self._facts: str | None = None
         self.stop_reason = ""
         self.finished = False
 
@@ -78,6 +81,7 @@ class Synthesis(CandidateSteps):
             nxt = Next.OPTIMIZE if self.state.best is not None else Next.RETRY
             while nxt is not Next.STOP:
                 self._check_cancel()
+                self._wait_for_endpoint()
                 budget = self._budget_spent()
                 if budget:
                     self.stop_reason = budget
@@ -89,6 +93,13 @@ class Synthesis(CandidateSteps):
             self._cancel.set()
             self.stop_reason = "cancelled"
             yield from self._close("cancelled", None)
+        except FatalEndpointError as e:
+            self._cancel.set()
+            if not e.reported:
+                yield ErrorReported(message=str(e), where="loop")
+            self.stop_reason = str(e)
+            status = "succeeded" if self.state.best is not None else "failed"
+            yield from self._close(status, None if status == "succeeded" else str(e), endpoint_failure=True)
         except KForgeError as e:  # a typed error a user can act on (endpoint refusal, unusable problem)
             self._cancel.set()
             yield ErrorReported(message=str(e), where="loop")
@@ -105,7 +116,7 @@ class Synthesis(CandidateSteps):
             return "succeeded", None
         return "failed", self.stop_reason or "no correct program was found"
 
-    def _close(self, status: str, error: str | None) -> Iterator[LoopEvent]:
+    def _close(self, status: str, error: str | None, endpoint_failure: bool = False) -> Iterator[LoopEvent]:
         if self.finished:
             return
         for index, pass_name in sorted(self._open.items()):
@@ -114,7 +125,16 @@ class Synthesis(CandidateSteps):
         self.finished = True
         best = self.state.best
         yield RunFinished(status=status, error=error, stop_reason=self.stop_reason,
-                          best_iteration=best.iteration if best else None)
+                          best_iteration=best.iteration if best else None, endpoint_failure=endpoint_failure)
+
+    def _wait_for_endpoint(self) -> None:
+        """Sit out the wait a failed model call asked for (cancellable at every quarter second)."""
+        wait, self.state.endpoint_wait_s = self.state.endpoint_wait_s, 0.0
+        deadline = self._clock() + wait
+        while wait > 0:
+            self._cancel.wait(min(0.25, wait))
+            self._check_cancel()
+            wait = deadline - self._clock()
 
     def _check_cancel(self) -> None:
         if self._cancel.is_set() or self._should_cancel():
@@ -147,6 +167,8 @@ class Synthesis(CandidateSteps):
         judged = [a for a in attempts if not a.endpoint_failure]
         if judged:
             st.last = min(judged, key=lambda a: (STATUS_RANK.get(a.status, 9), a.iteration))
+        else:
+            st.functional_steps -= 1  # the endpoint failed, the model was not judged: the step is not used up
         if st.best is not None:
             if cfg.max_optimization_iters == 0:
                 self.stop_reason = "a correct program was found; no optimization pass was asked for"
@@ -174,9 +196,11 @@ class Synthesis(CandidateSteps):
         attempts = yield from self._generate_and_evaluate(OPTIMIZATION, indexes, best_before, feedback,
                                                           recommendations)
         judged = [a for a in attempts if not a.endpoint_failure]
-        if judged:
-            st.last_optimization = min(judged, key=lambda a: (a.candidate_ms is None, a.candidate_ms or 0.0,
-                                                              STATUS_RANK.get(a.status, 9)))
+        if not judged:
+            st.optimization_steps -= 1  # as in the functional step: an endpoint failure costs no step
+            return Next.OPTIMIZE
+        st.last_optimization = min(judged, key=lambda a: (a.candidate_ms is None, a.candidate_ms or 0.0,
+                                                          STATUS_RANK.get(a.status, 9)))
         for a in judged:
             st.history.append(history_entry(a, best_before))
         improved = st.best is not best_before

@@ -6,7 +6,10 @@ Kinds the loop appends with `RunStore.append_event` (payload = `data()`):
 
     pass_started       {pass, max_iterations}
     prompt_sent        {iteration, agent: "generation"|"analysis", model, messages}   (image data replaced by a note)
-    tokens             {text, agent}                    (batched by the store's TokenBuffer, per iteration and agent)
+    tokens             {text, agent[, thinking: true]}  (batched by the store's TokenBuffer, per iteration, agent and
+                                                        channel; `thinking`: the model's reasoning, not its answer)
+    retry              {iteration, agent, attempt, delay_s, error, where: "client"|"loop"}   (an endpoint failure
+                        about to be retried: by the client after `delay_s`, or by the loop before its next step)
     program_extracted  {iteration, code, language, notes}
     program_missing    {iteration, error, reply_excerpt}
     diff               {iteration, against_iteration, unified_diff}
@@ -25,7 +28,8 @@ every consumer sees one stream):
     iteration_started  -> start_iteration     (no event row: the row itself records it)
     iteration_finished -> finish_iteration    {index, pass, status, reason, candidate_ms, speedup_vs_eager, ...}
     best_updated       -> set_best            {iteration, speedup_vs_eager, speedup_vs_compiled, candidate_ms}
-    usage              -> add_usage           {prompt_tokens, completion_tokens, agent, model, latency_s, estimated}
+    usage              -> add_usage           {prompt_tokens, completion_tokens, agent, model, latency_s, estimated,
+                                               failed, warning, cost}   (failed: a call that broke, estimated)
     run_finished       -> finish_run          {status, error, ...}
 
 Iteration indexes are 0-based and global across both passes.
@@ -91,9 +95,25 @@ class Tokens(LoopEvent):
     iteration: int
     agent: str
     text: str
+    thinking: bool = False  # the model's reasoning (reasoning_content, <think>), shown apart from the answer
 
     def data(self) -> dict:
-        return {"text": self.text, "agent": self.agent}
+        return {"text": self.text, "agent": self.agent, **({"thinking": True} if self.thinking else {})}
+
+
+@dataclass(frozen=True)
+class Retrying(LoopEvent):
+    kind: ClassVar[str] = "retry"
+    iteration: int | None
+    agent: str
+    attempt: int  # the failed attempt's number (client) or the endpoint failures in a row (loop)
+    delay_s: float
+    error: str
+    where: str = "client"  # "client": the same call is sent again; "loop": the next step waits, then goes on
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "agent": self.agent, "attempt": self.attempt, "delay_s": self.delay_s,
+                "error": self.error, "where": self.where}
 
 
 @dataclass(frozen=True)
@@ -217,10 +237,14 @@ class UsageRecorded(LoopEvent):
     model: str = ""
     latency_s: float = 0.0
     estimated: bool = False
+    failed: bool = False  # the call broke (a cut stream): what it cost before it did, estimated
+    warning: str = ""
+    cost: float | None = None  # at the agent's price per million tokens, when one is set
 
     def data(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "agent": self.agent, "model": self.model, "latency_s": self.latency_s, "estimated": self.estimated}
+                "agent": self.agent, "model": self.model, "latency_s": self.latency_s, "estimated": self.estimated,
+                "failed": self.failed, "warning": self.warning, "cost": self.cost}
 
 
 @dataclass(frozen=True)
@@ -269,14 +293,15 @@ class RunFinished(LoopEvent):
     error: str | None = None
     stop_reason: str = ""  # why the loop stopped, in words ("patience: 3 steps without a faster program")
     best_iteration: int | None = None
+    endpoint_failure: bool = False  # the model endpoint stopped the run (refusal, or failing too long)
 
     def data(self) -> dict:
         return {"status": self.status, "error": self.error, "stop_reason": self.stop_reason,
-                "best_iteration": self.best_iteration}
+                "best_iteration": self.best_iteration, "endpoint_failure": self.endpoint_failure}
 
 
 ALL_EVENTS: tuple[type[LoopEvent], ...] = (
     PassStarted, IterationStarted, PromptSent, Tokens, ProgramExtracted, ProgramMissing, Diff, CompileLog,
     VerdictReady, Timings, ProfileReady, RecommendationsReady, ErrorReported, UsageRecorded, IterationFinished,
-    BestUpdated, RunFinished,
+    BestUpdated, RunFinished, Retrying,
 )

@@ -30,13 +30,15 @@ def optimization_feedback(best: Attempt, last: Attempt | None,
     fb = feedback_for(best)
     fb.recommendations = list(recommendations)
     if last is not None and last is not best and last.iteration > best.iteration:
+        followed = "; ".join(f'"{r.title}"' for r in last.recommendations)
+        tried = f", which followed the recommendation(s) {followed}," if followed else ""
         if last.correct:
             ms = f" ({last.candidate_ms:.4g} ms)" if last.candidate_ms is not None else ""
-            fb.reason += (f"\nYour latest attempt (iteration {last.iteration}) was correct but not faster{ms}; "
-                          "try a different change.")
+            fb.reason += (f"\nYour latest attempt (iteration {last.iteration}){tried} was correct but not "
+                          f"faster{ms}; try a different change.")
         else:
-            fb.reason += (f"\nYour latest attempt (iteration {last.iteration}) was not kept: {last.status}: "
-                          f"{last.reason}")
+            fb.reason += (f"\nYour latest attempt (iteration {last.iteration}){tried} was not kept: "
+                          f"{last.status}: {last.reason}")
             last_fb = feedback_for(last)
             fb.compile_log = last_fb.compile_log
     return fb

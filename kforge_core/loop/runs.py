@@ -188,10 +188,11 @@ class StoreRecorder:
         self.store.append_event(self.run_id, event.kind, event.data(), event.iteration_index)
 
     def _token(self, event) -> None:
-        key = (event.iteration, event.agent)
+        key = (event.iteration, event.agent, event.thinking)
         with self._tokens_lock:
             if key not in self._tokens:
-                self._tokens[key] = TokenBuffer(self._appender, self.run_id, event.iteration, {"agent": event.agent},
+                extra = {"agent": event.agent, **({"thinking": True} if event.thinking else {})}
+                self._tokens[key] = TokenBuffer(self._appender, self.run_id, event.iteration, extra,
                                                 TOKEN_MAX_CHARS, self.token_flush_s, time.monotonic)
                 self._start_flusher()
             self._tokens[key].write(event.text)
@@ -262,7 +263,7 @@ class StoreRecorder:
 
     def _usage(self, event) -> None:
         extra = {"agent": event.agent, "model": event.model, "latency_s": event.latency_s,
-                 "estimated": event.estimated}
+                 "estimated": event.estimated, "failed": event.failed, "warning": event.warning, "cost": event.cost}
         self.store.add_usage(self.run_id, event.prompt_tokens, event.completion_tokens, event.iteration, extra)
 
     def _run_finished(self, event) -> None:

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ..agents.base import (
-    AnalysisAgent, AnalysisRequest, Feedback, GenerationAgent, GenerationRequest, GenerationResult, Recommendation)
+    AnalysisAgent, AnalysisRequest, Feedback, GenerationAgent, GenerationRequest, GenerationResult, Recommendation,
+    Usage)
+from ..agents.facts import evaluation_facts
 from ..eval.evaluator import EvalOptions
 from ..eval.verdict import Verdict
 from ..llm import LLMError, LLMStreamError
@@ -24,10 +26,10 @@ from ..platform import TargetSpec
 from .config import RunConfig
 from .events import (
     BestUpdated, CompileLog, Diff, ErrorReported, IterationFinished, LoopEvent, ProfileReady, ProgramExtracted,
-    ProgramMissing, PromptSent, RecommendationsReady, Timings, UsageRecorded, VerdictReady)
+    ProgramMissing, PromptSent, RecommendationsReady, Retrying, Timings, UsageRecorded, VerdictReady)
 from .streaming import AgentJob, stream_calls
 from .types import (
-    ENDPOINT_FAILED, FATAL_LLM_ERRORS, MAX_ENDPOINT_FAILURES, OPTIMIZATION, Attempt, Cancelled, FatalEndpointError,
+    ENDPOINT_FAILED, FATAL_LLM_ERRORS, NOT_FATAL_LLM_ERRORS, OPTIMIZATION, Attempt, Cancelled, FatalEndpointError,
     LoopState, is_faster)
 
 REPLY_EXCERPT_CHARS = 2000
@@ -46,6 +48,7 @@ class CandidateSteps:
     _evaluate: Callable[..., Verdict]
     _cancel: threading.Event
     _open: dict[int, str]  # iterations started and not finished -> pass
+    _facts: str | None  # evaluation_facts, worked out once per run
     _check_cancel: Callable[[], None]  # raises Cancelled once the run is asked to stop
 
     # ------------------------------------------------------------------------------------------ analysis
@@ -56,8 +59,8 @@ class CandidateSteps:
             profile=verdict.profile if verdict else None,
             roofline=verdict.roofline if verdict else None, candidate_ms=best.candidate_ms,
             eager_ms=verdict.eager_ms if verdict else None, compiled_ms=verdict.compiled_ms if verdict else None,
-            screenshots=[Path(p).expanduser().read_bytes() for p in self.config.screenshots],
-            history=list(self.state.history))
+            screenshots=self._screenshots_for(best), screenshots_note=self._screenshots_note(best),
+            history=list(self.state.history), evaluation=self._evaluation_facts())
         agent = self.analyzer
         # LLM agents say what they will send before the call (so the record reads prompt, then the streamed reply);
         # rule-based agents have no prompt method, and their result's `prompt` (if any) is recorded afterwards.
@@ -71,20 +74,49 @@ class CandidateSteps:
             yield from self._endpoint_failure(error, "analysis", iteration)
             return []
         self.state.endpoint_failures_in_a_row = 0
-        yield from self._usage(iteration, "analysis", result.usage)
+        yield from self._usage(iteration, "analysis", result.usage, agent)
         notes = "; ".join(n for n in (getattr(result, "notes", ""), result.error or "") if n)
         yield RecommendationsReady(iteration=iteration, recommendations=list(result.recommendations),
                                    text=result.text, agent_label=agent.label, analyzed_iteration=best.iteration,
                                    notes=notes)
         return list(result.recommendations)
 
+    def _screenshots_for(self, best: Attempt) -> list[bytes]:
+        """The user's screenshots go only to the analysis of the program they show: the iteration named by
+        `screenshots_of`, or (not named: taken before the run) the first analysis only."""
+        if not self.config.screenshots or not self._screenshots_apply(best):
+            return []
+        return [Path(p).expanduser().read_bytes() for p in self.config.screenshots]
+
+    def _screenshots_apply(self, best: Attempt) -> bool:
+        of = self.config.screenshots_of
+        if of is not None:
+            return best.iteration == of
+        return self.state.optimization_steps <= 1
+
+    def _screenshots_note(self, best: Attempt) -> str:
+        if not self.config.screenshots or not self._screenshots_apply(best) or self.config.screenshots_of is not None:
+            return ""
+        return ("They were taken before this run (of the PyTorch reference or an earlier program), not of the "
+                "program above: use them for where the time goes in the problem, not as this program's profile.")
+
+    def _evaluation_facts(self) -> str:
+        if self._facts is None:
+            self._facts = evaluation_facts(self.problem.source, self.platform, self.config.size_class,
+                                           self.config.tolerance)
+        return self._facts
+
     # ------------------------------------------------------------------------------------------ generation
     def _request(self, pass_name: str, iteration: int, base: Attempt | None,
                  feedback: Feedback | None) -> GenerationRequest:
+        if feedback is not None and pass_name == OPTIMIZATION and base is not None and base.verdict is not None:
+            feedback.profile, feedback.roofline = base.verdict.profile, base.verdict.roofline
+            feedback.history = [_history_text(h) for h in self.state.history]
         return GenerationRequest(
             problem_source=self.problem.source, problem_name=self.problem.name, spec=self.spec, pass_name=pass_name,
             iteration=iteration, previous_program=base.code if base is not None else None, feedback=feedback,
-            reference_program=self.config.reference_program, reference_target=self.config.reference_target)
+            reference_program=self.config.reference_program, reference_target=self.config.reference_target,
+            evaluation=self._evaluation_facts())
 
     def _generate_and_evaluate(self, pass_name: str, indexes: list[int], base: Attempt | None,
                                feedback: Feedback | None,
@@ -109,12 +141,9 @@ class CandidateSteps:
                 if prompt is None and result.prompt:
                     yield PromptSent(iteration=i, agent="generation", model=_model_name(agent),
                                      messages=_for_record(result.prompt))
-                yield from self._usage(i, "generation", result.usage)
+                yield from self._usage(i, "generation", result.usage, agent)
                 attempt = yield from self._judge(i, pass_name, result, base, recommendations)
             attempts.append(attempt)
-            if attempt.endpoint_failure and self.state.endpoint_failures_in_a_row >= MAX_ENDPOINT_FAILURES:
-                raise FatalEndpointError(f"the model endpoint failed {MAX_ENDPOINT_FAILURES} times in a row; "
-                                         f"last error: {attempt.reason}")
         return attempts
 
     def _stream(self, jobs: dict[int, AgentJob], agent: str) -> Iterator[LoopEvent]:
@@ -130,12 +159,9 @@ class CandidateSteps:
             attempt = Attempt(i, pass_name, "no_program", error, recommendations=recommendations)
             yield self._finished(attempt, recs)
             return attempt
-        code = result.program
-        yield ProgramExtracted(iteration=i, code=code, language="python", notes=result.notes)
+        code, verdict = yield from self._first_that_compiles(i, result, pass_name)
         if base is not None and base.code is not None:
             yield Diff(iteration=i, against_iteration=base.iteration, unified_diff=unified_diff(base, i, code))
-        self._check_cancel()
-        verdict = self._evaluate(self.problem, code, self.platform.name, self._eval_options(pass_name))
         if verdict.compile_log.strip():
             yield CompileLog(iteration=i, log=verdict.compile_log)
         yield VerdictReady(iteration=i, verdict=verdict.to_dict())
@@ -154,6 +180,32 @@ class CandidateSteps:
                               speedup_vs_compiled=verdict.speedup_vs_compiled, eager_ms=verdict.eager_ms,
                               compiled_ms=verdict.compiled_ms)
         return attempt
+
+    def _first_that_compiles(self, i: int, result: GenerationResult,
+                             pass_name: str) -> Iterator[LoopEvent]:
+        """Evaluate the reply's program; while it does not compile, the reply's other programs in turn (see
+        extract.Extraction.alternatives). The first that compiles is the iteration's program; when none does,
+        the first one tried, with its compiler output. Returns (code, verdict)."""
+        candidates = [result.program, *getattr(result, "alternatives", [])]
+        yield ProgramExtracted(iteration=i, code=candidates[0], language="python", notes=result.notes)
+        first: tuple[str, Verdict] | None = None
+        for n, code in enumerate(candidates):
+            self._check_cancel()
+            if n:
+                yield ProgramExtracted(iteration=i, code=code, language="python",
+                                       notes=f"the program before did not compile; trying the reply's program "
+                                             f"{len(candidates) - n} of {len(candidates)} (counting from the top)")
+            verdict = self._evaluate(self.problem, code, self.platform.name, self._eval_options(pass_name))
+            if first is None:
+                first = (code, verdict)
+            if verdict.status != "compile_error":
+                return code, verdict
+        assert first is not None
+        if len(candidates) > 1:  # none compiled: the record keeps the reply's final program and its errors
+            yield ProgramExtracted(iteration=i, code=first[0], language="python",
+                                   notes=f"none of the reply's {len(candidates)} programs compiled; the last one's "
+                                         "errors are shown")
+        return first
 
     def _eval_options(self, pass_name: str) -> EvalOptions:
         cfg = self.config
@@ -178,35 +230,65 @@ class CandidateSteps:
     # ------------------------------------------------------------------------------------------ failures, usage
     def _endpoint_failure(self, error: BaseException, where: str, iteration: int,
                           pass_name: str | None = None) -> Iterator[LoopEvent]:
-        """An agent call raised: cancel and bugs propagate; endpoint errors become data (or stop the run)."""
+        """An agent call raised: cancel and bugs propagate; endpoint errors become data, a wait before the next
+        step, or the run's stop (a refusal that cannot change, too many failures in a row, too long a wait)."""
         if isinstance(error, (Cancelled, KeyboardInterrupt)):
             raise Cancelled() from None
         if not isinstance(error, LLMError):
             raise error
+        cfg, st = self.config, self.state
         message = f"{ENDPOINT_FAILED} ({where}): {error}"
         yield ErrorReported(message=message, where=where, iteration=iteration)
-        if isinstance(error, FATAL_LLM_ERRORS):
-            raise FatalEndpointError(message) from None
-        self.state.endpoint_failures_in_a_row += 1
-        if pass_name is None:  # analysis: the generation goes on without recommendations
-            if self.state.endpoint_failures_in_a_row >= MAX_ENDPOINT_FAILURES:
-                raise FatalEndpointError(f"the model endpoint failed {MAX_ENDPOINT_FAILURES} times in a row; "
-                                         f"last error: {error}")
-            return None
-        partial = error.partial_text if isinstance(error, LLMStreamError) else ""
-        yield ProgramMissing(iteration=iteration, error=message, reply_excerpt=_excerpt(partial))
-        attempt = Attempt(iteration, pass_name, "no_program", message, endpoint_failure=True)
-        yield self._finished(attempt)
+        if error.prompt_tokens or error.completion_tokens:  # a broken stream: what it cost, estimated
+            agent = self.analyzer if where == "analysis" else self.generator
+            yield from self._usage(iteration, where, Usage(error.prompt_tokens, error.completion_tokens,
+                                                           model=_model_name(agent), estimated=True), agent,
+                                   failed=True)
+        stop = None
+        if isinstance(error, FATAL_LLM_ERRORS) and not isinstance(error, NOT_FATAL_LLM_ERRORS):
+            stop = message
+        else:
+            st.endpoint_failures_in_a_row += 1
+            retry_after = getattr(error, "retry_after_s", None)
+            if st.endpoint_failures_in_a_row >= cfg.max_endpoint_failures:
+                status = f", HTTP {error.status}" if error.status else ""
+                stop = (f"the model endpoint failed {st.endpoint_failures_in_a_row} times in a row (last: "
+                        f"{type(error).__name__}{status})")
+            elif retry_after is not None and retry_after > cfg.endpoint_max_wait_s:
+                stop = (f"the model endpoint asks to wait {retry_after:g} s, longer than endpoint_max_wait_s "
+                        f"({cfg.endpoint_max_wait_s:g} s)")
+            else:
+                n = st.endpoint_failures_in_a_row
+                wait = retry_after if retry_after is not None else \
+                    min(cfg.endpoint_max_wait_s, cfg.endpoint_backoff_s * 2 ** (n - 1))
+                st.endpoint_wait_s = max(st.endpoint_wait_s, wait)
+                yield Retrying(iteration=iteration, agent=where, attempt=n, delay_s=wait, error=str(error),
+                               where="loop")
+        attempt = None
+        if pass_name is not None:  # analysis failing: the generation goes on without recommendations
+            partial = error.partial_text if isinstance(error, LLMStreamError) else ""
+            yield ProgramMissing(iteration=iteration, error=message, reply_excerpt=_excerpt(partial))
+            attempt = Attempt(iteration, pass_name, "no_program", message, endpoint_failure=True)
+            yield self._finished(attempt)
+        if stop is not None:
+            raise FatalEndpointError(f"{stop}; resume the run later (kforge runs resume) once the endpoint works",
+                                     reported=stop == message)  # a new summary line otherwise, not a repeat
         return attempt
 
-    def _usage(self, iteration: int, agent: str, usage) -> Iterator[LoopEvent]:
+    def _usage(self, iteration: int, agent_role: str, usage, agent: Any = None,
+               failed: bool = False) -> Iterator[LoopEvent]:
         tokens = (usage.prompt_tokens or 0) + (usage.completion_tokens or 0)
         if tokens == 0:
             return  # a rule-based agent: nothing to account
         self.state.tokens_used += tokens
-        yield UsageRecorded(iteration=iteration, agent=agent, prompt_tokens=usage.prompt_tokens,
+        price = getattr(agent, "price_per_mtok", None)
+        cost = None
+        if price:
+            cost = round((price[0] * usage.prompt_tokens + price[1] * usage.completion_tokens) / 1e6, 6)
+        yield UsageRecorded(iteration=iteration, agent=agent_role, prompt_tokens=usage.prompt_tokens,
                             completion_tokens=usage.completion_tokens, model=usage.model, latency_s=usage.latency_s,
-                            estimated=usage.estimated)
+                            estimated=usage.estimated, failed=failed, warning=getattr(usage, "warning", ""),
+                            cost=cost)
 
 
 # ---------------------------------------------------------------------------------------------- record helpers
@@ -224,6 +306,10 @@ def _excerpt(text: str) -> str:
         return text
     half = REPLY_EXCERPT_CHARS // 2
     return text[:half] + f"\n… ({len(text) - 2 * half} characters) …\n" + text[-half:]
+
+
+def _history_text(entry: dict) -> str:
+    return f"iteration {entry.get('iteration')}: {entry.get('tried') or 'a rewrite'} -> {entry.get('outcome')}"
 
 
 def _model_name(agent: Any) -> str:

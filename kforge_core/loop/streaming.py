@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .events import LoopEvent, Tokens
+from .events import LoopEvent, Retrying, Tokens
 from .types import Cancelled
 
 # One agent call: takes the on_token callback, returns the agent's result (or raises).
@@ -19,19 +19,16 @@ def stream_calls(jobs: dict[int, AgentJob], agent: str, cancel: threading.Event,
     """Run agent calls in threads (all at once: a best-of-k step), yielding their tokens as they arrive.
     Returns {iteration: (result, None) | (None, exception)}.
 
-    Threads, even for one call, because a generator cannot yield from inside the client's on_token callback.
+    Threads, even for one call, because a generator cannot yield from inside the client's on_token callback. The
+    sink each call gets also takes thinking text and retry notices (`_Sink`), which become events the same way.
     `check_cancel` raises `Cancelled` when the run is asked to stop; it is called at every token and every
     quarter second. On cancel the threads are abandoned: each stops at its next token (on_token raises once
     `cancel` is set), and a call stuck waiting for its first byte ends with the client's own timeout."""
     inbox: queue.Queue = queue.Queue()
 
     def run(i: int, job: AgentJob) -> None:
-        def on_token(text: str) -> None:
-            if cancel.is_set():
-                raise Cancelled()
-            inbox.put(("token", i, text))
         try:
-            inbox.put(("done", i, (job(on_token), None)))
+            inbox.put(("done", i, (job(_Sink(i, inbox, cancel)), None)))
         except BaseException as e:  # noqa: BLE001 - handed to the loop's thread, which decides
             inbox.put(("done", i, (None, e)))
 
@@ -47,6 +44,32 @@ def stream_calls(jobs: dict[int, AgentJob], agent: str, cancel: threading.Event,
         check_cancel()
         if what == "token":
             yield Tokens(iteration=i, agent=agent, text=payload)
+        elif what == "thinking":
+            yield Tokens(iteration=i, agent=agent, text=payload, thinking=True)
+        elif what == "retry":
+            yield Retrying(iteration=i, agent=agent, attempt=payload.attempt, delay_s=payload.delay_s,
+                           error=str(payload.error))
         else:
             results[i] = payload
     return results
+
+
+class _Sink:
+    """What an agent call streams into (the `TokenSink` of agents.base): answer text, thinking, retries."""
+
+    def __init__(self, iteration: int, inbox: queue.Queue, cancel: threading.Event):
+        self._i, self._inbox, self._cancel = iteration, inbox, cancel
+
+    def _put(self, what: str, payload: Any) -> None:
+        if self._cancel.is_set():
+            raise Cancelled()
+        self._inbox.put((what, self._i, payload))
+
+    def __call__(self, text: str) -> None:
+        self._put("token", text)
+
+    def thinking(self, text: str) -> None:
+        self._put("thinking", text)
+
+    def retrying(self, event: Any) -> None:  # an llm.RetryEvent
+        self._put("retry", event)

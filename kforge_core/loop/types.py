@@ -9,17 +9,19 @@ from enum import StrEnum
 
 from ..agents.base import Recommendation
 from ..errors import KForgeError
-from ..llm import LLMAuthError, LLMConfigError, LLMRequestError
+from ..llm import LLMAuthError, LLMConfigError, LLMContextError, LLMRequestError
 from ..store import ITERATION_STATUSES
 from ..eval.verdict import Verdict
 
 FUNCTIONAL, OPTIMIZATION = "functional", "optimization"
-MAX_ENDPOINT_FAILURES = 3  # model calls failing in a row (after the client's own retries) before the run stops
+MAX_ENDPOINT_FAILURES = 5  # default of RunConfig.max_endpoint_failures (kept for callers of the old constant)
 # The store has no "cancelled" iteration status yet; until it does, an iteration cut short without a verdict is
 # recorded as "no_program" with a reason that says it was cancelled.
 CANCELLED_ITERATION_STATUS = "cancelled" if "cancelled" in ITERATION_STATUSES else "no_program"
-# Endpoint refusals that a retry cannot fix: the run stops instead of burning iterations on them.
+# Endpoint refusals that a retry cannot fix: the run stops instead of burning iterations on them. A prompt too long
+# for the context is not one of them (the next prompt is clipped to the window the refusal taught).
 FATAL_LLM_ERRORS = (LLMAuthError, LLMConfigError, LLMRequestError)
+NOT_FATAL_LLM_ERRORS = (LLMContextError,)
 # How promising a failed attempt is, to pick which of a best-of-k step the next step builds on.
 STATUS_RANK = {"correct": 0, "incorrect": 1, "runtime_error": 2, "timeout": 3, "compile_error": 4, "rejected": 5,
                "no_program": 6}
@@ -41,7 +43,12 @@ class Cancelled(Exception):
 
 
 class FatalEndpointError(KForgeError):
-    """The model endpoint refused in a way retrying cannot fix, or failed too often in a row."""
+    """The model endpoint refused in a way retrying cannot fix, or failed too often in a row (or asked for a longer
+    wait than the run may take). `reported`: the failure was already yielded as an `error` event."""
+
+    def __init__(self, message: str, *, reported: bool = False):
+        self.reported = reported
+        super().__init__(message)
 
 
 @dataclass
@@ -82,6 +89,7 @@ class LoopState:
     elapsed_before_s: float = 0.0  # wall time spent before a resume
     passes_started: set[str] = field(default_factory=set)
     endpoint_failures_in_a_row: int = 0
+    endpoint_wait_s: float = 0.0  # how long the loop waits before its next step (after a failed model call)
 
 
 def is_faster(attempt: Attempt, best: Attempt | None) -> bool:

@@ -61,6 +61,7 @@ class EventKind(StrEnum):
     RUN_RESUMED = "run_resumed"
     ERROR = "error"
     CANCEL_REQUESTED = "cancel_requested"
+    RETRY = "retry"
 
 
 EVENT_KINDS = frozenset(k.value for k in EventKind)

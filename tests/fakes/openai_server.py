@@ -46,9 +46,20 @@ Scripting (one scripted item is consumed per chat request, in order; see also `e
         garbage(body="<html>...", status=200)        a body that is not a chat completion (str: text/plain,
                                                      dict/list: JSON), for JSON and stream requests alike
 
+        thinking(reasoning, text, **kw)              a reasoning model behind a reasoning parser: `reasoning` is
+                                                     streamed as `reasoning_content` deltas before the answer
+
     `Reply` fields: text, finish_reason, model (default: the requested model), usage, prompt_tokens,
     completion_tokens (default: ~len/4 estimates), chunk_chars (characters per streamed delta), delay_s, status,
-    body (error body: dict -> JSON, str -> raw text), headers, empty_choices, truncate_after, stall_after, stall_s.
+    body (error body: dict -> JSON, str -> raw text), headers, empty_choices, truncate_after, stall_after, stall_s,
+    reasoning (streamed as `reasoning_content` first; in the JSON reply's message).
+
+Context windows (checked before the scripted reply is taken; prompt size = characters of the messages / 4)
+    server.context_limit = 4096       a prompt + max_tokens over it is refused with vLLM's HTTP 400 ("This model's
+                                      maximum context length is 4096 tokens. However, you requested ...")
+    server.silent_context = 2048      Ollama's way: the prompt is cut silently, usage reports at most this many
+                                      prompt tokens
+    server.model_info = {"m": {"max_model_len": 8192}}   extra fields of a model's GET /v1/models entry
 
 Server options
     FakeOpenAIServer(*items, models=("fake-model",), api_key=None, responder=None, default=None)
@@ -107,6 +118,7 @@ class Reply:
     truncate_after: int | None = None
     stall_after: int | None = None
     stall_s: float = 0.0
+    reasoning: str = ""
 
 
 Responder = Callable[[dict], Union[Reply, str]]
@@ -131,6 +143,10 @@ def stall(text: str, after_chunks: int, seconds: float, **kw: Any) -> Reply:
 
 def truncated(text: str, after_chunks: int = 2, **kw: Any) -> Reply:
     return Reply(text=text, truncate_after=after_chunks, **kw)
+
+
+def thinking(reasoning: str, text: str, **kw: Any) -> Reply:
+    return Reply(text=text, reasoning=reasoning, **kw)
 
 
 def empty_choices(**kw: Any) -> Reply:
@@ -240,6 +256,9 @@ class FakeOpenAIServer:
     ) -> None:
         self.models: list[str] = list(models)
         self.models_reply: Reply | None = None
+        self.model_info: dict[str, dict[str, Any]] = {}
+        self.context_limit: int | None = None
+        self.silent_context: int | None = None
         self.api_key = api_key
         self.responder = responder
         self.default = default
@@ -430,6 +449,13 @@ class _Handler(BaseHTTPRequestHandler):
             elif method == "POST" and path == "/v1/chat/completions":
                 if not isinstance(parsed, dict):
                     self._send_reply(error(400, "request body is not a JSON object"), {})
+                elif fake.context_limit is not None and _requested_tokens(parsed) > fake.context_limit:
+                    asked = _requested_tokens(parsed)
+                    self._send_reply(error(400, f"This model's maximum context length is {fake.context_limit} "
+                                                f"tokens. However, you requested {asked} tokens "
+                                                f"({_prompt_tokens(parsed)} in the messages). Please reduce the "
+                                                "length of the messages or completion.", code="context_length_exceeded"),
+                                     {})
                 else:
                     self._send_reply(fake._next_reply(parsed), parsed)
             elif method == "GET" and path == "/v1/models":
@@ -446,7 +472,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fake.models_reply is not None:
             self._send_reply(fake.models_reply, {})
             return
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in fake.models]
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake", **fake.model_info.get(m, {})}
+                for m in fake.models]
         self._send_json(200, {"object": "list", "data": data}, {})
 
     def _send_json(self, status: int, payload: Any, headers: dict[str, str]) -> None:
@@ -484,7 +511,7 @@ class _Handler(BaseHTTPRequestHandler):
             "created": int(time.time()),
             "model": r.model or request.get("model") or "fake-model",
         }
-        usage = _usage(r, request)
+        usage = _usage(r, request, self.server.fake.silent_context)
         if request.get("stream"):
             self._send_stream(r, request, meta, usage)
         else:
@@ -494,7 +521,8 @@ class _Handler(BaseHTTPRequestHandler):
         choices = [] if r.empty_choices else [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": r.text},
+                "message": {"role": "assistant", "content": r.text,
+                            **({"reasoning_content": r.reasoning} if r.reasoning else {})},
                 "finish_reason": r.finish_reason,
                 "logprobs": None,
             }
@@ -534,6 +562,8 @@ class _Handler(BaseHTTPRequestHandler):
             event([])
         else:
             event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+            for i in range(0, len(r.reasoning), step):
+                event([{"index": 0, "delta": {"reasoning_content": r.reasoning[i : i + step]}, "finish_reason": None}])
         for n in range(len(pieces) + 1):
             if r.truncate_after is not None and n == r.truncate_after:
                 self._abort()  # no terminating chunk: the client sees an incomplete chunked body
@@ -558,9 +588,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-def _usage(r: Reply, request: dict) -> dict:
-    prompt_chars = sum(len(json.dumps(m.get("content", ""))) for m in request.get("messages") or [])
-    prompt = r.prompt_tokens if r.prompt_tokens is not None else max(1, math.ceil(prompt_chars / 4))
+def _prompt_tokens(request: dict) -> int:
+    """The fake's tokenizer: characters of the message texts / 4 (what the client estimates too)."""
+    chars = 0
+    for m in request.get("messages") or []:
+        content = m.get("content", "")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+    return max(1, math.ceil(chars / 4))
+
+
+def _requested_tokens(request: dict) -> int:
+    return _prompt_tokens(request) + int(request.get("max_tokens") or request.get("max_completion_tokens") or 0)
+
+
+def _usage(r: Reply, request: dict, silent_context: int | None = None) -> dict:
+    prompt = r.prompt_tokens if r.prompt_tokens is not None else _prompt_tokens(request)
+    if silent_context is not None:
+        prompt = min(prompt, silent_context)
     completion = r.completion_tokens if r.completion_tokens is not None else max(1, math.ceil(len(r.text) / 4))
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
