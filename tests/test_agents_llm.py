@@ -223,3 +223,138 @@ def test_factory_builds_llm_agents_with_per_role_models(server):
 def test_factory_unknown_agent_is_a_usage_error():
     with pytest.raises(UsageError, match="unknown agent"):
         build_agents(RunConfig(problem_source="", problem_name="p", target="cpu", agent="magic"))
+
+
+# ---------------------------------------------------------------------------------------------- issue 24
+
+
+class Sink:
+    """A loop-like token sink: answer, thinking and retries apart."""
+
+    def __init__(self):
+        self.answer, self.thinking_text, self.retries = [], [], []
+
+    def __call__(self, text):
+        self.answer.append(text)
+
+    def thinking(self, text):
+        self.thinking_text.append(text)
+
+    def retrying(self, event):
+        self.retries.append(event)
+
+
+def test_think_block_with_an_unclosed_fence_does_not_swallow_the_answer(server, client):
+    reply_text = (f"<think>I could start with ```python\nclass ModelNew: draft that never closes\n</think>\n"
+                  f"Here it is.\n```python\n{PROGRAM}```\n")
+    server.enqueue(reply_text)
+    sink = Sink()
+    result = LLMGenerationAgent(client).generate(gen_request(), on_token=sink)
+    assert result.program == PROGRAM
+    assert "draft that never closes" in result.thinking and "<think>" not in result.reply_text
+    # shown live: the thinking went to the sink's thinking channel, the answer to the answer channel
+    assert "draft that never closes" in "".join(sink.thinking_text)
+    assert "".join(sink.answer).strip() == result.reply_text.strip() and "<think" not in "".join(sink.answer)
+    assert "set apart" in result.notes
+
+
+def test_unterminated_think_holding_the_only_draft_is_no_program(server, client):
+    server.enqueue(f"<think>Maybe:\n```python\n{PROGRAM}```\nbut I am not sure")
+    result = LLMGenerationAgent(client).generate(gen_request())
+    assert result.program is None and "class ModelNew" in result.thinking
+    assert result.error == "the reply was empty"
+
+
+def test_lone_closing_think_tag_of_templates_that_open_it_in_the_prompt(server, client):
+    server.enqueue(f"draft ```python\nclass ModelNew: pass\n</think>```python\n{PROGRAM}```")
+    result = LLMGenerationAgent(client).generate(gen_request())
+    assert result.program == PROGRAM and result.thinking.startswith("draft")
+
+
+def test_reasoning_content_reaches_the_thinking_channel_and_the_result(server, client):
+    from tests.fakes.openai_server import thinking
+
+    server.enqueue(thinking("First, tile the rows.", f"```python\n{PROGRAM}```"))
+    sink = Sink()
+    result = LLMGenerationAgent(client).generate(gen_request(), on_token=sink)
+    assert result.program == PROGRAM and result.thinking == "First, tile the rows."
+    assert "".join(sink.thinking_text) == "First, tile the rows."
+
+
+def test_thinking_router_splits_tags_across_deltas():
+    from kforge_core.agents.thinking import ThinkingRouter
+
+    answer, thought = [], []
+    router = ThinkingRouter(answer.append, thought.append)
+    for piece in ["Hi <th", "ink>deep ", "thought</thi", "nk> done <", "b>"]:
+        router(piece)
+    router.flush()
+    assert "".join(answer) == "Hi  done <b>" and "".join(thought) == "deep thought"
+
+
+def test_context_refusal_is_answered_with_a_clipped_prompt(server, client):
+    long_log = "candidate line 9: error: 'acc' was not declared in this scope\n" * 400
+    from kforge_core.agents.base import Feedback
+
+    request = gen_request(previous_program=PROGRAM, feedback=Feedback("compile_error", "did not compile",
+                                                                      compile_log=long_log))
+    agent = LLMGenerationAgent(client)
+    full = agent.prompt(request)
+    size = sum(len(m["content"]) for m in full) // 4
+    server.context_limit = size - 500  # the server holds less than the default window we planned for
+    server.enqueue(f"```python\n{PROGRAM}```")
+    result = agent.generate(request)
+    assert result.program == PROGRAM
+    first, second = server.chat_requests
+    assert len(second.prompt) < len(first.prompt) and "more characters cut" in second.prompt
+    assert "did not fit the model's context" in result.notes and result.prompt[1]["content"] in second.prompt
+    # later prompts are clipped from the start
+    assert sum(len(m["content"]) for m in agent.prompt(request)) // 4 <= server.context_limit
+
+
+def test_context_refusal_twice_is_a_failed_generation_not_an_exception(server, client):
+    server.context_limit = 10  # nothing fits
+    result = LLMGenerationAgent(client).generate(gen_request())
+    assert result.program is None and "did not fit the model's context even clipped" in result.error
+    assert len(server.chat_requests) == 2
+
+
+def test_analysis_context_refusal_is_no_recommendations(server, client):
+    server.context_limit = 10
+    result = LLMAnalysisAgent(client).analyze(analysis_request())
+    assert result.recommendations == [] and "did not fit the model's context" in result.error
+
+
+def test_over_long_program_is_refused_as_the_models_mistake(server):
+    huge = PROGRAM + "".join(f"# padding comment line {i} " + "x" * 60 + "\n" for i in range(3000))
+    server.enqueue(reply(f"```python\n{huge}```", chunk_chars=8192))
+    with LLMClient(server.llm_config(model="gen-model", context_tokens=32768)) as c:
+        result = LLMGenerationAgent(c).generate(gen_request())
+    assert result.program is None and "write a much shorter program" in result.error
+
+
+@pytest.mark.parametrize("fault", ["dropped", "no_finish_reason"])
+def test_stream_that_breaks_after_the_fence_closed_keeps_the_program(server, client, fault):
+    text = f"```python\n{PROGRAM}```\nThis program fuses the two loops and then"
+    if fault == "dropped":
+        server.enqueue(truncated(text, after_chunks=len(text) // 4 - 3))
+    else:
+        server.enqueue(reply(text, finish_reason=None))
+    result = LLMGenerationAgent(client).generate(gen_request())
+    assert result.program == PROGRAM and "the program was kept" in result.notes
+    assert result.usage.estimated and result.usage.completion_tokens > 0
+
+
+def test_retries_reach_the_sink(server, client):
+    server.enqueue(server_error(), f"```python\n{PROGRAM}```")
+    sink = Sink()
+    assert LLMGenerationAgent(client).generate(gen_request(), on_token=sink).program == PROGRAM
+    (event,) = sink.retries
+    assert "HTTP 500" in str(event.error)
+
+
+def test_two_programs_are_both_offered(server, client):
+    draft = "# draft\n" + PROGRAM
+    server.enqueue(f"Draft:\n```python\n{draft}```\nFinal:\n```python\n{PROGRAM}```")
+    result = LLMGenerationAgent(client).generate(gen_request())
+    assert result.program == PROGRAM and result.alternatives == [draft]

@@ -57,7 +57,15 @@ def test_two_programs_the_last_one_is_used_with_a_note():
     draft = PROGRAM.replace("y[i] = x[i]", "y[i] = 0")
     got = extract_program(fence(draft) + "Wait, that is wrong. Fixed:\n" + fence(PROGRAM))
     assert got.program == PROGRAM
-    assert "2 programs" in got.notes
+    assert "2 programs" in got.notes and "tried first" in got.notes
+    assert got.alternatives == (draft,)  # tried when the last one does not compile
+
+
+def test_alternatives_are_complete_earlier_programs_nearest_first():
+    first, second = PROGRAM.replace("y[i] = x[i]", "y[i] = 1"), PROGRAM.replace("y[i] = x[i]", "y[i] = 2")
+    got = extract_program(fence(first) + fence(second) + fence(PROGRAM))
+    assert got.program == PROGRAM and got.alternatives == (second, first)
+    assert extract_program(fence(PROGRAM)).alternatives == ()
 
 
 def test_paper_name_newmodel_is_accepted():

@@ -573,3 +573,115 @@ def test_check_endpoint_problems(server):
     server.stop()
     check = check_endpoint(cfg)
     assert not check.ok and check.error_type == "LLMConnectionError" and cfg.base_url in check.error
+
+
+# ------------------------------------------------------------------------------------- context windows (issue 24)
+
+
+def test_context_window_from_models_listing_setting_and_default(server):
+    from kforge_core.llm import DEFAULT_CONTEXT_TOKENS
+
+    server.models = ["fake-model", "other"]
+    server.model_info = {"fake-model": {"max_model_len": 8192}, "other": {"meta": {"n_ctx_train": 4096}}}
+    with LLMClient(server.llm_config()) as c:
+        assert c.context_window("fake-model") == 8192  # vLLM publishes it
+        assert c.context_window("other") == 4096  # llama.cpp's meta
+        assert c.context_window("unlisted") == DEFAULT_CONTEXT_TOKENS
+    assert len([r for r in server.requests if r.path.endswith("/models")]) == 1  # asked once per client
+    with LLMClient(server.llm_config(context_tokens=16384)) as c:
+        assert c.context_window("fake-model") == 16384  # the setting wins
+
+
+def test_context_window_without_a_models_endpoint_is_the_default(server):
+    from kforge_core.llm import DEFAULT_CONTEXT_TOKENS
+
+    server.models_reply = error(404, "not found")
+    with LLMClient(server.llm_config()) as c:
+        assert c.context_window() == DEFAULT_CONTEXT_TOKENS
+
+
+def test_context_length_refusal_is_typed_and_teaches_the_window(server, client):
+    from kforge_core.llm import LLMContextError
+
+    server.context_limit = 1000
+    with pytest.raises(LLMContextError) as info:
+        client.chat([{"role": "user", "content": "x" * 8000}])
+    err = info.value
+    assert err.context_tokens == 1000 and err.status == 400 and isinstance(err, LLMRequestError)
+    assert "does not fit the context window of 1000 tokens" in str(err)
+    assert len(server.chat_requests) == 1  # not retried: the same prompt would be refused again
+    assert client.context_window() == 2048  # learnt (never planned below the minimum window)
+
+
+@pytest.mark.parametrize("message, window", [
+    ("This model's maximum context length is 32768 tokens. However, you requested 42000 tokens", 32768),
+    ("Trying to keep the first 5000 tokens when context the overflows. However, the model is loaded with context "
+     "length of only 4096 tokens, which is not enough.", 4096),
+    ("the request exceeds the available context size, try increasing it", None),
+])
+def test_context_refusals_of_other_servers(server, client, message, window):
+    from kforge_core.llm import LLMContextError
+
+    server.enqueue(error(400, message))
+    with pytest.raises(LLMContextError) as info:
+        client.chat(HI)
+    assert info.value.context_tokens == window
+
+
+def test_silent_truncation_is_warned_about_and_learnt(server, client):
+    server.silent_context = 2048  # Ollama's way: no error, the prompt is cut
+    server.enqueue("ok", "ok")
+    result = client.chat([{"role": "user", "content": "y" * 40000}])
+    assert result.prompt_tokens == 2048
+    (warning,) = result.warnings
+    assert "reported 2048 prompt tokens for a prompt estimated at 10000" in warning
+    assert "OLLAMA_CONTEXT_LENGTH" in warning and "context_tokens" in warning
+    assert client.context_window() == 2048
+    assert client.chat(HI).warnings == ()  # a small prompt: nothing to say
+
+
+# ------------------------------------------------------------------------------------- reasoning, retries, costs
+
+
+def test_reasoning_content_is_streamed_apart_and_kept(server, client):
+    from tests.fakes.openai_server import thinking
+
+    server.enqueue(thinking("Let me think about the tiling.", "The answer."))
+    answer, thoughts = [], []
+    result = client.chat(HI, on_token=answer.append, on_reasoning=thoughts.append)
+    assert "".join(answer) == result.text == "The answer."
+    assert "".join(thoughts) == result.reasoning == "Let me think about the tiling."
+    assert len(thoughts) > 1  # streamed, not handed over at the end
+
+
+def test_per_call_retry_callback(server):
+    server.enqueue(server_error(), "fine")
+    seen = []
+    with LLMClient(server.llm_config()) as c:
+        assert c.chat(HI, on_retry=seen.append).text == "fine"
+    (event,) = seen
+    assert event.attempt == 1 and "HTTP 500" in str(event.error) and event.delay_s >= 0
+
+
+def test_broken_stream_error_carries_what_the_call_cost(server, client):
+    server.enqueue(truncated("a" * 400, after_chunks=50))
+    with pytest.raises(LLMStreamError) as info:
+        client.chat([{"role": "user", "content": "z" * 400}])
+    assert info.value.prompt_tokens == 100 and info.value.completion_tokens == 50  # 200 characters arrived
+
+
+def test_settings_file_context_and_prices(clean_env, tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[llm]\nmodel = "m"\nanalysis_model = "a"\ncontext_tokens = 8192\n'
+                    'price_per_mtok = [2.5, 10]\nanalysis_price_per_mtok = [0.15, 0.6]\n')
+    cfg = resolve_config(settings_path=path)
+    assert cfg.context_tokens == 8192
+    assert cfg.price_for("generation") == (2.5, 10.0) and cfg.price_for("analysis") == (0.15, 0.6)
+    path.write_text('[llm]\nprice_per_mtok = "cheap"\n')
+    with pytest.raises(LLMConfigError, match="price_per_mtok must be"):
+        resolve_config(settings_path=path)
+    with pytest.raises(LLMConfigError, match="context_tokens must be > 0"):
+        LLMConfig(context_tokens=0)
+    same = LLMConfig(model="m", price_per_mtok=(1.0, 2.0))
+    assert same.price_for("analysis") == (1.0, 2.0)  # one model: one price
+    assert LLMConfig(model="m", analysis_model="b", price_per_mtok=(1.0, 2.0)).price_for("analysis") is None

@@ -240,6 +240,113 @@ def test_a_refusal_that_cannot_change_stops_at_once(db):
     assert len(summary["iterations"]) == 1 and "sk-a-wrong-key-11111111" not in str(events)
 
 
+# Issue 24's endpoint scenarios: the real LLM agents against the fake server, the real store, a scripted evaluator
+# (these are about the loop's handling of the endpoint; real evaluations would only add seconds).
+
+
+def scripted(ms: float | None = None, compile_error: bool = False, prose: str = "Here.") -> str:
+    mark = "# compile_error" if compile_error else f"# ms={ms}"
+    return f"{prose}\n```python\n{mark}\nclass ModelNew:\n    pass\n```\n"
+
+
+def run_scripted(db: Path, config: RunConfig) -> tuple[str, list, dict, list[dict]]:
+    """Like run_to_end, with the scripted evaluator."""
+    from kforge_core.agents.factory import build_agents
+    from kforge_core.loop_runs import StoreRecorder
+
+    with open_store(db) as store:
+        run_id = create_run(store, config)
+        store.start_run(run_id)
+        generation, analysis = build_agents(config)
+        recorder, seen = StoreRecorder(store, run_id), []
+        try:
+            for event in Synthesis(config, generation, analysis, evaluate_fn=scripted_evaluate).events():
+                recorder.record(event)
+                seen.append(event)
+        finally:
+            recorder.close()
+        return run_id, seen, summarize_run(store, run_id), store.events(run_id)
+
+
+def test_a_smaller_context_than_planned_never_fails_a_run_holding_a_correct_program(db, server):
+    """After iteration 0 is correct, the server turns out to hold a small context (a 32 K server and a prompt that
+    grew). Its context-length 400s cost the analysis (no recommendations) and the generation (a failed generation)
+    but never the run."""
+    def correct_then_shrink(request):
+        server.context_limit = 300  # every later prompt is too long for it
+        return scripted(1.0)
+
+    server.enqueue_for("gen-model", correct_then_shrink)
+    run_id, seen, summary, events = run_scripted(db, make_config(server, max_optimization_iters=1))
+
+    assert summary["status"] == "succeeded" and summary["best"]["iteration"] == 0
+    assert [it["status"] for it in summary["iterations"]] == ["correct", "no_program"]
+    assert_consistent(summary, events)
+    (recs,) = of_kind(events, "recommendations")
+    assert recs["data"]["recommendations"] == [] and "did not fit the model's context" in recs["data"]["notes"]
+    assert "did not fit the model's context even clipped" in summary["iterations"][1]["reason"]
+    assert not of_kind(events, "error")  # no endpoint failure: the prompt's size, handled
+    # nothing in the optimization prompt could be clipped further: it was not sent a second time
+    assert len([r for r in server.chat_requests if r.model == "gen-model"]) == 2
+
+
+def test_a_retry_after_is_waited_for_by_the_loop_and_costs_no_functional_step(db, server):
+    """The client does not wait 0.3 s itself (max_retry_after_s 0.1); the loop does, then goes on; the failed call
+    uses up none of the single functional step."""
+    server.enqueue_for("gen-model", rate_limited(retry_after=0.3), scripted(1.0))
+    config = make_config(server, llm_options={"timeout_s": 5.0, "max_retries": 1, "max_retry_after_s": 0.1},
+                         max_functional_iters=1)
+    run_id, seen, summary, events = run_scripted(db, config)
+    assert summary["status"] == "succeeded" and summary["best"]["iteration"] == 1
+    (wait,) = of_kind(events, "retry", where="loop")
+    assert wait["data"]["delay_s"] == 0.3 and "HTTP 429" in wait["data"]["error"]
+    assert server.chat_requests[1].time - server.chat_requests[0].time >= 0.3
+
+
+def test_a_retry_after_longer_than_the_run_may_wait_stops_it_keeping_the_best(db, server):
+    server.enqueue_for("gen-model", scripted(2.0), rate_limited(retry_after=120))
+    server.enqueue_for("ana-model", RECS)
+    config = make_config(server, max_optimization_iters=3, endpoint_max_wait_s=5.0,
+                         llm_options={"timeout_s": 5.0, "max_retries": 1})
+    run_id, seen, summary, events = run_scripted(db, config)
+    assert summary["status"] == "succeeded" and summary["best"]["iteration"] == 0
+    assert "asks to wait 120 s" in seen[-1].stop_reason and "resume the run later" in seen[-1].stop_reason
+    assert seen[-1].endpoint_failure
+    assert [it["status"] for it in summary["iterations"]] == ["correct", "no_program"]
+    assert "rate limiting" in summary["iterations"][1]["reason"]  # the iteration says why, not "cancelled"
+    endpoint_error, stop = [e["data"]["message"] for e in of_kind(events, "error")]
+    assert "HTTP 429" in endpoint_error and "HTTP 429" not in stop  # each said once
+    assert_consistent(summary, events)
+
+
+def test_two_programs_in_a_reply_the_one_that_compiles_is_evaluated(db, server):
+    """The reply's final program does not compile, its first one does: the first is evaluated. The reply's
+    <think> block is set apart: stored as thinking tokens, never evaluated."""
+    reply_text = ("<think>Plan: ```python\nclass ModelNew: half a draft</think>"
+                  + scripted(1.0, prose="First:") + scripted(compile_error=True, prose="Second, fancier:"))
+    server.enqueue_for("gen-model", reply_text)
+    run_id, seen, summary, events = run_scripted(db, make_config(server, max_functional_iters=1))
+    assert summary["status"] == "succeeded", summary
+    (it,) = summary["iterations"]
+    assert it["status"] == "correct" and "# ms=1.0" in summary["best"]["code"]
+    extracted = of_kind(events, "program_extracted", iteration=0)
+    assert ["# compile_error" in e["data"]["code"] for e in extracted] == [True, False]
+    assert "did not compile" in extracted[1]["data"]["notes"]
+    thinking = "".join(e["data"]["text"] for e in of_kind(events, "tokens", thinking=True))
+    answer = "".join(e["data"]["text"] for e in of_kind(events, "tokens") if not e["data"].get("thinking"))
+    assert "half a draft" in thinking and "half a draft" not in answer and "Second, fancier" in answer
+
+
+def test_screenshots_go_only_to_the_first_analysis(tmp_path):
+    shot = tmp_path / "profiler.png"
+    shot.write_bytes(PNG)
+    events, agent = synthesize(offline_config(screenshots=[str(shot)], patience=0, max_optimization_iters=2),
+                               ["# ms=3", "# ms=2", "# ms=1"])
+    analyses = [c for c in agent.calls if hasattr(c, "screenshots")]
+    assert [len(a.screenshots) for a in analyses] == [1, 0]
+    assert "taken before this run" in analyses[0].screenshots_note
+
+
 def test_rate_limit_then_success_and_screenshots_a_model_rejects(db, server, tmp_path):
     shot = tmp_path / "profiler.png"
     shot.write_bytes(PNG)
@@ -355,6 +462,8 @@ def scripted_evaluate(problem, code, target, options):
     """`# ms=1.5` -> correct at 1.5 ms; `# wrong` -> incorrect."""
     if "# wrong" in code:
         return Verdict("incorrect", "values differ", target)
+    if "# compile_error" in code:
+        return Verdict("compile_error", "did not compile", target, compile_log="candidate line 2: error")
     ms = float(code.split("ms=")[1].split()[0])
     return Verdict("correct", "ok", target, candidate=Timing(ms, ms, ms, 3), eager=Timing(1.0, 1.0, 1.0, 3))
 

@@ -140,3 +140,71 @@ def test_render_reports_a_lone_dollar(tmp_path, monkeypatch):
     monkeypatch.setenv("KFORGE_PROMPTS_DIR", str(tmp_path))
     with pytest.raises(PromptTemplateError, match=r"\$\$"):
         render("generation_continue.md")
+
+
+# ---------------------------------------------------------------------------------------------- issue 24
+
+
+def test_budget_clips_logs_reasons_and_reference_before_the_program():
+    from kforge_core.llm.tokens import estimate_prompt_tokens
+
+    previous = (FIXTURES / "compile_error.py").read_text()
+    fb = Feedback(status="compile_error", reason="failed: " + "r" * 5000, compile_log="x" * 50_000)
+    req = request(iteration=1, previous_program=previous, feedback=fb, reference_program="# ref\n" + "y = 1\n" * 5000,
+                  reference_target="cuda")
+    full = generation_messages(req)
+    budget = estimate_prompt_tokens(full) // 3
+    clipped = generation_messages(req, budget)
+    assert estimate_prompt_tokens(clipped) <= budget
+    text = clipped[1]["content"]
+    assert previous.strip() in text and req.problem_source.strip() in text  # never cut
+    assert "x" * 1000 not in text and "r" * 1000 not in text
+    assert estimate_prompt_tokens(generation_messages(req, 10**6)) == estimate_prompt_tokens(full)  # room: as is
+
+
+def test_optimization_prompt_leaves_out_example_and_reference_and_shows_the_profile():
+    fb = Feedback(status="correct", reason="ok", candidate_ms=0.5, eager_ms=1.0,
+                  profile={"tool": "torch.profiler", "per_forward_ms": 0.5,
+                           "kernels": [{"name": "kforge::relu", "ms_per_forward": 0.4, "share": 0.8,
+                                        "calls_per_forward": 1, "custom": True}]},
+                  roofline={"bytes": 8e6, "bandwidth_gbs": 20.0, "floor_ms": 0.4, "bound": "memory",
+                            "pct_of_roofline": 80.0},
+                  history=["iteration 3: Vectorize -> correct, 0.5 ms vs 0.6 ms before (1.20x)"])
+    req = request(pass_name="optimization", iteration=4, previous_program="class ModelNew: ...", feedback=fb,
+                  reference_program="# the CUDA version\n", reference_target="cuda")
+    text = user_text(req)
+    assert req.example_candidate.strip() not in text and "the CUDA version" not in text
+    assert "kforge::relu (custom): 0.4 ms per forward" in text and "runs at 80% of the roofline" in text
+    assert "iteration 3: Vectorize -> correct" in text
+
+
+def test_evaluation_facts_reach_the_prompt():
+    from kforge_core.agents.facts import evaluation_facts
+
+    gallery_problem = (Path(__file__).parents[1] / "assets/problems/level2/01_linear_bias_gelu.py").read_text()
+    facts = evaluation_facts(gallery_problem, get_platform("cpu"), "cpu", "default")
+    assert "batch_size = 1024" in facts and "not the ones written in the file" in facts
+    assert "float32 atol 0.0001, rtol 0.0001" in facts and "Device:" in facts
+    assert "batch_size" not in evaluation_facts(gallery_problem, get_platform("cpu"), None, "default")
+    text = user_text(request(evaluation=facts))
+    assert "## How it is judged" in text and "batch_size = 1024" in text
+
+
+def test_system_prompt_lets_operators_stay_in_pytorch():
+    system = generation_messages(request())[0]["content"]
+    assert "may stay in PyTorch" in system
+
+
+def test_analysis_prompt_has_the_rules_the_helpers_and_is_clipped_to_a_budget():
+    history = [{"iteration": i, "tried": f"change {i} " + "z" * 300, "outcome": "incorrect"} for i in range(40)]
+    req = AnalysisRequest(program="class ModelNew: ...", problem_source="class Model: ...", target="cpu",
+                          platform_title="CPU", profile=None, roofline=None, candidate_ms=1.0, eager_ms=1.0,
+                          compiled_ms=None, history=history, candidate_api=("compile_cpp",),
+                          platform_module="platforms.cpu", screenshots=[b"png"],
+                          screenshots_note="They were taken before this run")
+    system, user = analysis_messages_text(req)
+    assert "from platforms.cpu import compile_cpp" in system and "No threads, subprocesses" in system
+    assert "They were taken before this run" in user
+    assert "change 39" in user and "change 16 " in user and "change 15 " not in user  # the latest 24 at most
+    _, clipped = analysis_messages_text(req, budget_tokens=1200)
+    assert "change 39" in clipped and "change 16 " not in clipped  # fewer still, the latest kept

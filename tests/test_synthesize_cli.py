@@ -167,3 +167,45 @@ def test_every_command_has_help(argv, capsys):
     assert info.value.code == 0
     text = capsys.readouterr().out
     assert text.startswith("usage: python -m kforge_core " + " ".join(argv)) and len(text.splitlines()) > 5
+
+
+# ---------------------------------------------------------------------------------------------- issue 24
+
+
+def test_unknown_model_fails_before_the_run_naming_the_served_models(server, env, tmp_path):
+    db = str(tmp_path / "runs.db")
+    done = cli(env, "synthesize", "--problem", str(PROBLEM), "--target", "cpu", "--base-url", server.base_url,
+               "--model", "no-such-model", "--db", db)
+    assert done.returncode == 2
+    assert "does not serve model(s) 'no-such-model'; it serves: gen-model" in done.stderr
+    assert not server.chat_requests
+    with open_store(db) as store:
+        assert store.list_runs() == []
+
+
+def test_fatal_endpoint_error_exits_3_prints_it_once_and_gallery_problems_get_cpu_sizes(server, env, tmp_path):
+    from tests.fakes.openai_server import error
+
+    db = str(tmp_path / "runs.db")
+    server.enqueue(error(400, "Unsupported parameter: 'frobnicate'"))
+    gallery_problem = REPO / "assets/problems/level1/01_relu.py"
+    done = cli(env, "synthesize", "--problem", str(gallery_problem), "--target", "cpu", *llm_flags(server),
+               "--db", db)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.count("frobnicate") == 1, done.stderr
+    assert "[0] no_program: (the endpoint error above)" in done.stderr
+    with open_store(db) as store:
+        (run,) = store.list_runs()
+        assert run["status"] == "failed"
+        assert store.get_run(run["id"])["config"]["size_class"] == "cpu"  # as bench does on CPU targets
+    # the prompt showed the sizes actually evaluated
+    assert "batch_size = " in server.chat_requests[0].prompt and "CPU_SIZES" in server.chat_requests[0].prompt
+
+
+def test_default_size_class():
+    from kforge_core.cli.synthesize_cmd import default_size_class
+
+    gallery_problem = (REPO / "assets/problems/level1/01_relu.py").read_text()
+    assert default_size_class(gallery_problem, "cpu") == "cpu"
+    assert default_size_class(PROBLEM.read_text(), "cpu") is None  # declares no CPU_SIZES: its own sizes
+    assert default_size_class(gallery_problem, "no-such-target") is None

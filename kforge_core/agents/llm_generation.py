@@ -106,6 +106,8 @@ class LLMGenerationAgent:
             if budget is None or budget >= _estimate(messages):
                 budget = int(_estimate(messages) * SHRINK_ON_REFUSAL)
             clipped = generation_messages(request, budget)
+            if _estimate(clipped) >= _estimate(messages):
+                raise  # nothing left to clip: the same prompt would be refused again
             notes.append(f"the prompt (~{_estimate(messages)} tokens) did not fit the model's context; it was "
                          f"clipped to ~{_estimate(clipped)} tokens and sent again")
             return self._chat(clipped, on_token), clipped
