@@ -51,6 +51,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     agent.add_argument("--analysis-model", help="performance-analysis model (default: the generation model)")
     agent.add_argument("--base-url", help="OpenAI-compatible API root, e.g. http://localhost:8000/v1")
     agent.add_argument("--api-key", help="API key (better: OPENAI_API_KEY); never stored")
+    agent.add_argument("--context-tokens", type=int, metavar="N",
+                       help="the model's context window in tokens, for servers that do not publish it (Ollama: its "
+                            "OLLAMA_CONTEXT_LENGTH); default: GET /models, else [llm] context_tokens, else 32768")
     budget = p.add_argument_group("budgets")
     budget.add_argument("--max-functional-iters", type=int, metavar="N", help="functional-pass steps (default 5)")
     budget.add_argument("--max-optimization-iters", type=int, metavar="M",
@@ -94,6 +97,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
                   eval_baselines=False if args.no_baselines else None)
     if args.reference_program:
         values["reference_program"] = _read(args.reference_program, "reference program")
+    if getattr(args, "context_tokens", None) is not None:
+        values["llm_options"] = {"context_tokens": args.context_tokens}
     return {k: v for k, v in values.items() if v is not None}
 
 

@@ -83,6 +83,14 @@ def _work_time_s(events: list[dict]) -> float:
     return max(0.0, total)
 
 
+def _usage_facts(store: RunStore, run_id: str) -> dict[str, Any]:
+    """Whether any count is an estimate (a server without usage, a call that broke), and the cost of the priced
+    calls (None when no agent has a price)."""
+    usage = [e["data"] for e in store.events(run_id, kinds=["usage"])]
+    costs = [u["cost"] for u in usage if isinstance(u.get("cost"), (int, float))]
+    return {"estimated": any(u.get("estimated") for u in usage), "cost": round(sum(costs), 6) if costs else None}
+
+
 def summarize_run(store: RunStore, run_id: str) -> dict[str, Any]:
     """The run as the CLI's --json prints it (and `runs show --json`): status, best, iterations."""
     run = store.get_run(run_id)
@@ -100,7 +108,7 @@ def summarize_run(store: RunStore, run_id: str) -> dict[str, Any]:
         "target": run["target"], "agent": run["agent"], "model": run["model"],
         "analysis_model": run["analysis_model"], "created_at": run["created_at"],
         "finished_at": run["finished_at"],
-        "tokens": {"prompt": run["tokens_prompt"], "completion": run["tokens_completion"]},
+        "tokens": {"prompt": run["tokens_prompt"], "completion": run["tokens_completion"], **_usage_facts(store, run_id)},
         "best": best,
         "iterations": [{"index": r["index"], "pass": r["pass"], "status": r["status"], "reason": r["reason"],
                         "candidate_ms": r["candidate_ms"], "speedup_vs_eager": r["speedup_vs_eager"],
