@@ -31,11 +31,11 @@ except ImportError:  # a KForge from before context budgets: its prompts are not
     def prompt_budget(window: int, max_tokens: int | None) -> int:  # noqa: ARG001
         return 0
 from kforge_core.llm.tokens import estimate_prompt_tokens  # noqa: E402
-from kforge_core.loop_config import RunConfig  # noqa: E402
-from kforge_core.loop_engine import Synthesis  # noqa: E402
-from kforge_core.loop_feedback import feedback_for, optimization_feedback  # noqa: E402
-from kforge_core.loop_types import Attempt  # noqa: E402
-from kforge_core.verdict import Timing, Verdict  # noqa: E402
+from kforge_core.loop.config import RunConfig  # noqa: E402
+from kforge_core.loop.engine import Synthesis  # noqa: E402
+from kforge_core.loop.feedback import feedback_for, optimization_feedback  # noqa: E402
+from kforge_core.loop.types import Attempt  # noqa: E402
+from kforge_core.eval.verdict import Timing, Verdict  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures_loop"
 

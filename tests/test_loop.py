@@ -252,7 +252,7 @@ def scripted(ms: float | None = None, compile_error: bool = False, prose: str = 
 def run_scripted(db: Path, config: RunConfig) -> tuple[str, list, dict, list[dict]]:
     """Like run_to_end, with the scripted evaluator."""
     from kforge_core.agents.factory import build_agents
-    from kforge_core.loop_runs import StoreRecorder
+    from kforge_core.loop.runs import StoreRecorder
 
     with open_store(db) as store:
         run_id = create_run(store, config)
