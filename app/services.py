@@ -24,6 +24,7 @@ if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on sys.pa
     sys.path.insert(0, str(ROOT))
 
 from kforge_core.llm import LLMConfigError, load_settings, resolve_config, settings_path  # noqa: E402
+from kforge_core.llm.config import PRICE_KEYS as LLM_PRICE_KEYS  # noqa: E402
 from kforge_core.store import RunStore, open_store, resolve_db_path  # noqa: E402
 
 # How often a page showing a live run asks the store for new events. A poll is cheap for the store (one indexed
@@ -155,7 +156,7 @@ def target_info(name: str | None, wait: bool = True) -> TargetInfo | None:
 # --------------------------------------------------------------------------------------------------- settings
 
 PRICING_TABLE = "pricing"
-PRICE_KEYS = ("prompt_price_per_1m_tokens", "completion_price_per_1m_tokens")
+PRICE_KEYS = LLM_PRICE_KEYS["generation"]  # the run's price; the LLM agents read the same keys (llm.config)
 
 
 def read_settings_file(path: Path | None = None) -> dict[str, Any]:

@@ -673,15 +673,16 @@ def test_broken_stream_error_carries_what_the_call_cost(server, client):
 def test_settings_file_context_and_prices(clean_env, tmp_path):
     path = tmp_path / "s.toml"
     path.write_text('[llm]\nmodel = "m"\nanalysis_model = "a"\ncontext_tokens = 8192\n'
-                    'price_per_mtok = [2.5, 10]\nanalysis_price_per_mtok = [0.15, 0.6]\n')
+                    '[pricing]\nprompt_price_per_1m_tokens = 2.5\ncompletion_price_per_1m_tokens = 10\n'
+                    'analysis_prompt_price_per_1m_tokens = 0.15\nanalysis_completion_price_per_1m_tokens = 0.6\n')
     cfg = resolve_config(settings_path=path)
     assert cfg.context_tokens == 8192
     assert cfg.price_for("generation") == (2.5, 10.0) and cfg.price_for("analysis") == (0.15, 0.6)
-    path.write_text('[llm]\nprice_per_mtok = "cheap"\n')
-    with pytest.raises(LLMConfigError, match="price_per_mtok must be"):
+    path.write_text('[pricing]\nprompt_price_per_1m_tokens = 1\ncompletion_price_per_1m_tokens = 2\n')
+    assert resolve_config(settings_path=path).price_for("analysis") == (1.0, 2.0)  # one price for every call
+    path.write_text('[pricing]\nprompt_price_per_1m_tokens = "cheap"\n')
+    with pytest.raises(LLMConfigError, match="must both be numbers"):
         resolve_config(settings_path=path)
     with pytest.raises(LLMConfigError, match="context_tokens must be > 0"):
         LLMConfig(context_tokens=0)
-    same = LLMConfig(model="m", price_per_mtok=(1.0, 2.0))
-    assert same.price_for("analysis") == (1.0, 2.0)  # one model: one price
-    assert LLMConfig(model="m", analysis_model="b", price_per_mtok=(1.0, 2.0)).price_for("analysis") is None
+    assert LLMConfig(model="m").price_for("analysis") is None  # unknown is not zero

@@ -319,6 +319,23 @@ def test_a_retry_after_longer_than_the_run_may_wait_stops_it_keeping_the_best(db
     assert_consistent(summary, events)
 
 
+def test_each_call_is_priced_at_its_agents_price(db, server):
+    server.enqueue_for("gen-model", scripted(2.0), scripted(1.0))
+    server.enqueue_for("ana-model", RECS)
+    config = make_config(server, max_optimization_iters=1, llm_options={
+        "timeout_s": 5.0, "price_per_mtok": (10.0, 30.0), "analysis_price_per_mtok": (1.0, 2.0)})
+    run_id, seen, summary, events = run_scripted(db, config)
+    usage = of_kind(events, "usage")
+    for u in usage:
+        d = u["data"]
+        prompt_price, completion_price = (1.0, 2.0) if d["agent"] == "analysis" else (10.0, 30.0)
+        assert d["cost"] == pytest.approx((prompt_price * d["prompt_tokens"]
+                                           + completion_price * d["completion_tokens"]) / 1e6)
+    assert {u["data"]["agent"] for u in usage} == {"generation", "analysis"}
+    assert summary["tokens"]["cost"] == pytest.approx(sum(u["data"]["cost"] for u in usage))
+    assert summary["tokens"]["estimated"] is False
+
+
 def test_two_programs_in_a_reply_the_one_that_compiles_is_evaluated(db, server):
     """The reply's final program does not compile, its first one does: the first is evaluated. The reply's
     <think> block is set apart: stored as thinking tokens, never evaluated."""

@@ -71,6 +71,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                       help="use a stored run's best program (and its target) as the cross-platform reference")
     more.add_argument("--screenshot", action="append", metavar="PNG", help="profiler screenshot (PNG/JPEG) for the "
                                                                          "analysis agent; repeatable")
+    more.add_argument("--screenshots-of", type=int, metavar="ITER",
+                      help="the iteration whose program the screenshots show (they go only to its analysis); "
+                           "default: taken before the run, sent with the first analysis only")
     more.add_argument("--tolerance", choices=sorted(POLICIES), help="tolerance policy (default: default)")
     more.add_argument("--size-class", choices=("cpu", "gpu"),
                       help="a gallery problem's size class (default: cpu on CPU targets when the problem declares "
@@ -94,6 +97,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
                   max_total_tokens=args.max_tokens, patience=args.patience, best_of_k=args.best_of,
                   reference_target=args.reference_target, screenshots=args.screenshot, tolerance=args.tolerance,
                   size_class=args.size_class, eval_timeout_s=args.eval_timeout,
+                  screenshots_of=getattr(args, "screenshots_of", None),
                   eval_baselines=False if args.no_baselines else None)
     if args.reference_program:
         values["reference_program"] = _read(args.reference_program, "reference program")

@@ -5,8 +5,10 @@ Priority, per field: explicit flags > environment > settings file > defaults.
     environment           OPENAI_BASE_URL, OPENAI_API_KEY, KFORGE_MODEL, KFORGE_ANALYSIS_MODEL
     settings file (TOML)  $KFORGE_SETTINGS, else ~/.config/kforge/settings.toml; section [llm] with
                           base_url, api_key, model, analysis_model (and optionally timeout_s, max_retries,
-                          max_tokens, temperature, context_tokens, price_per_mtok = [prompt, completion],
-                          analysis_price_per_mtok). A missing file counts as empty.
+                          max_tokens, temperature, context_tokens); section [pricing] with
+                          prompt_price_per_1m_tokens, completion_price_per_1m_tokens (every call, unless the
+                          analysis agent has its own: analysis_prompt_price_per_1m_tokens,
+                          analysis_completion_price_per_1m_tokens). A missing file counts as empty.
 
 Generation and analysis may use different models: `model` and `analysis_model` (falls back to `model`).
 """
@@ -62,10 +64,10 @@ class LLMConfig:
     """The model's context window in tokens. None: what the server publishes (GET /models) or reveals, else
     `context.DEFAULT_CONTEXT_TOKENS`. Set it for servers that publish nothing (Ollama: its OLLAMA_CONTEXT_LENGTH)."""
     price_per_mtok: tuple[float, float] | None = None
-    """(prompt, completion) price in currency units per million tokens of the generation model, for cost shown
-    with the usage; None: not priced."""
+    """(prompt, completion) price in currency units per million tokens (the generation agent's, and the analysis
+    agent's unless it has its own), for the cost shown with the usage; None: not priced."""
     analysis_price_per_mtok: tuple[float, float] | None = None
-    """The same for the analysis model. None: `price_per_mtok` when both roles use the same model."""
+    """The analysis agent's own price. None: `price_per_mtok`."""
     retry_base_delay_s: float = 1.0
     """First backoff delay in seconds; it doubles on each retry (with a little jitter)."""
     retry_max_delay_s: float = 30.0
@@ -126,13 +128,10 @@ class LLMConfig:
         return self.model
 
     def price_for(self, role: Role = "generation") -> tuple[float, float] | None:
-        """(prompt, completion) price per million tokens of the role's model, when one is set. The analysis role
-        falls back to the generation price only when both roles use the same model."""
+        """(prompt, completion) price per million tokens of the role's calls, when one is set."""
         price = self.price_per_mtok
-        if role == "analysis":
-            same_model = self.model_for("analysis") == self.model
-            price = self.analysis_price_per_mtok if self.analysis_price_per_mtok is not None else \
-                (price if same_model else None)
+        if role == "analysis" and self.analysis_price_per_mtok is not None:
+            price = self.analysis_price_per_mtok
         return (float(price[0]), float(price[1])) if price is not None else None
 
     def for_role(self, role: Role) -> LLMConfig:
@@ -161,8 +160,8 @@ def settings_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get(ENV_SETTINGS) or DEFAULT_SETTINGS_PATH).expanduser()
 
 
-def load_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The `[llm]` table of a settings file; {} when the file does not exist."""
+def load_settings(path: str | os.PathLike[str], table: str = "llm") -> dict[str, Any]:
+    """One table (`[llm]` by default) of a settings file; {} when the file or the table does not exist."""
     path = Path(path).expanduser()
     try:
         with path.open("rb") as fh:
@@ -173,16 +172,35 @@ def load_settings(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise LLMConfigError(f"settings file {path} is not valid TOML ({err}); fix or delete it") from None
     except OSError as err:
         raise LLMConfigError(f"cannot read settings file {path} ({err.strerror})") from None
-    llm = data.get("llm", {})
-    if not isinstance(llm, dict):
-        raise LLMConfigError(f"settings file {path}: [llm] must be a table")
-    return llm
+    values = data.get(table, {})
+    if not isinstance(values, dict):
+        raise LLMConfigError(f"settings file {path}: [{table}] must be a table")
+    return values
+
+
+# The [pricing] table (the app's Settings page writes the first two): role -> (prompt key, completion key).
+PRICE_KEYS = {"generation": ("prompt_price_per_1m_tokens", "completion_price_per_1m_tokens"),
+              "analysis": ("analysis_prompt_price_per_1m_tokens", "analysis_completion_price_per_1m_tokens")}
+
+
+def _file_prices(path: Path) -> dict[str, Any]:
+    """price_per_mtok / analysis_price_per_mtok from the [pricing] table, where both of a pair are set."""
+    table = load_settings(path, "pricing")
+    out: dict[str, Any] = {}
+    for role, field_name in (("generation", "price_per_mtok"), ("analysis", "analysis_price_per_mtok")):
+        values = [table.get(k) for k in PRICE_KEYS[role]]
+        if all(v is None for v in values):
+            continue
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+            raise LLMConfigError(f"settings file {path}: [pricing] {' and '.join(PRICE_KEYS[role])} must both be "
+                                 "numbers (price per million tokens)")
+        out[field_name] = (float(values[0]), float(values[1]))
+    return out
 
 
 _STR_FIELDS = ("base_url", "api_key", "model", "analysis_model")
 _NUM_FIELDS = {"timeout_s": float, "max_retries": int, "max_tokens": int, "temperature": float,
                "context_tokens": int}
-_PRICE_FIELDS = ("price_per_mtok", "analysis_price_per_mtok")
 _ENV_FOR = {"base_url": ENV_BASE_URL, "api_key": ENV_API_KEY, "model": ENV_MODEL, "analysis_model": ENV_ANALYSIS_MODEL}
 
 
@@ -221,6 +239,7 @@ def resolve_config(
         price_per_mtok=extra.pop("price_per_mtok", None),
         analysis_price_per_mtok=extra.pop("analysis_price_per_mtok", None),
     )
+    file_values = {**file_values, **_file_prices(path)}
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for name, flag in flags.items():
@@ -243,12 +262,6 @@ def _typed(name: str, value: Any, path: Path) -> Any:
         if not isinstance(value, str):
             raise LLMConfigError(f"settings file {path}: [llm] {name} must be a string")
         return value
-    if name in _PRICE_FIELDS:
-        if not isinstance(value, list) or len(value) != 2 or any(
-                isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
-            raise LLMConfigError(f"settings file {path}: [llm] {name} must be [prompt, completion] prices per "
-                                 "million tokens, e.g. [2.5, 10]")
-        return (float(value[0]), float(value[1]))
     kind = _NUM_FIELDS.get(name)
     if kind is None:
         return value

@@ -271,7 +271,8 @@ class CandidateSteps:
             attempt = Attempt(iteration, pass_name, "no_program", message, endpoint_failure=True)
             yield self._finished(attempt)
         if stop is not None:
-            raise FatalEndpointError(f"{stop}; resume the run later (kforge runs resume) once the endpoint works",
+            raise FatalEndpointError(f"{stop}; resume the run later (`runs resume RUN_ID`, or Resume in the app) "
+                                     "once the endpoint works",
                                      reported=stop == message)  # a new summary line otherwise, not a repeat
         return attempt
 
