@@ -52,7 +52,7 @@ def _prompts(problem: str, target: str, size_class: str | None, window: int) -> 
                              agent="builtin", size_class=size_class, reference_target="cuda",
                              reference_program="# the CUDA program\n" + "x = 1  # a long reference line\n" * 1300)
     loop = Synthesis(config, _NoAgent(), _NoAgent())
-    program = loop._example_candidate  # a program in the target's format, of a realistic length
+    program = loop.spec.example_candidate  # a program in the target's format, of a realistic length
     log = "\n".join(f"candidate line {9 + i}: error: 'acc' was not declared in this scope" for i in range(300))
     failed = Attempt(0, "functional", "compile_error", "the kernel did not compile", program,
                      Verdict("compile_error", "the kernel did not compile", target, compile_log=log))

@@ -173,7 +173,7 @@ def test_optimization_prompt_leaves_out_example_and_reference_and_shows_the_prof
     req = request(pass_name="optimization", iteration=4, previous_program="class ModelNew: ...", feedback=fb,
                   reference_program="# the CUDA version\n", reference_target="cuda")
     text = user_text(req)
-    assert req.example_candidate.strip() not in text and "the CUDA version" not in text
+    assert req.spec.example_candidate.strip() not in text and "the CUDA version" not in text
     assert "kforge::relu (custom): 0.4 ms per forward" in text and "runs at 80% of the roofline" in text
     assert "iteration 3: Vectorize -> correct" in text
 
@@ -197,10 +197,9 @@ def test_system_prompt_lets_operators_stay_in_pytorch():
 
 def test_analysis_prompt_has_the_rules_the_helpers_and_is_clipped_to_a_budget():
     history = [{"iteration": i, "tried": f"change {i} " + "z" * 300, "outcome": "incorrect"} for i in range(40)]
-    req = AnalysisRequest(program="class ModelNew: ...", problem_source="class Model: ...", target="cpu",
-                          platform_title="CPU", profile=None, roofline=None, candidate_ms=1.0, eager_ms=1.0,
-                          compiled_ms=None, history=history, candidate_api=("compile_cpp",),
-                          platform_module="platforms.cpu", screenshots=[b"png"],
+    req = AnalysisRequest(program="class ModelNew: ...", problem_source="class Model: ...",
+                          spec=get_platform("cpu").spec(), profile=None, roofline=None, candidate_ms=1.0,
+                          eager_ms=1.0, compiled_ms=None, history=history, screenshots=[b"png"],
                           screenshots_note="They were taken before this run")
     system, user = analysis_messages_text(req)
     assert "from platforms.cpu import compile_cpp" in system and "No threads, subprocesses" in system
