@@ -45,7 +45,8 @@ from .events import ErrorReported, IterationStarted, LoopEvent, PassStarted, Run
 from .feedback import feedback_for, history_entry, optimization_feedback
 from .steps import CandidateSteps
 from .types import (
-    CANCELLED_ITERATION_STATUS, FUNCTIONAL, OPTIMIZATION, STATUS_RANK, STOPPED, Attempt, Cancelled, LoopState, Next)
+    CANCELLED_ITERATION_STATUS, FUNCTIONAL, OPTIMIZATION, STATUS_RANK, STOPPED, Attempt, Cancelled, FatalEndpointError,
+    LoopState, Next)
 
 __all__ = ["Synthesis"]
 

@@ -14,7 +14,6 @@ from ..store import ITERATION_STATUSES
 from ..eval.verdict import Verdict
 
 FUNCTIONAL, OPTIMIZATION = "functional", "optimization"
-MAX_ENDPOINT_FAILURES = 5  # default of RunConfig.max_endpoint_failures (kept for callers of the old constant)
 # The store has no "cancelled" iteration status yet; until it does, an iteration cut short without a verdict is
 # recorded as "no_program" with a reason that says it was cancelled.
 CANCELLED_ITERATION_STATUS = "cancelled" if "cancelled" in ITERATION_STATUSES else "no_program"
