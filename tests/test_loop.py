@@ -16,6 +16,7 @@ from kforge_core.agents.base import Usage
 from kforge_core.loop import (CANCELLED_ITERATION_STATUS, LoopState, RunConfig, Synthesis, cancel_run, create_run,
                               execute_run, launch_worker, resume_run, summarize_run)
 from kforge_core.loop.events import RunFinished
+from kforge_core.platform import get_platform
 from kforge_core.store import open_store
 from kforge_core.eval.verdict import Timing, Verdict
 from tests.fakes.openai_server import (FakeOpenAIServer, empty_choices, image_rejected, rate_limited, server_error,
@@ -334,6 +335,26 @@ def test_each_call_is_priced_at_its_agents_price(db, server):
     assert {u["data"]["agent"] for u in usage} == {"generation", "analysis"}
     assert summary["tokens"]["cost"] == pytest.approx(sum(u["data"]["cost"] for u in usage))
     assert summary["tokens"]["estimated"] is False
+
+
+def test_what_the_prompts_tell_the_models_over_real_http(db, server):
+    """Item 7 end to end: the optimization prompts (as the server received them) leave out the example, say how
+    candidates are judged, which recommendation the last attempt followed and what came of it; the analysis
+    agent sees the rules and the compile helper."""
+    server.enqueue_for("gen-model", scripted(2.0), scripted(3.0), scripted(1.0))
+    server.enqueue_for("ana-model", RECS, RECS)
+    run_id, seen, summary, events = run_scripted(db, make_config(server, max_optimization_iters=2, patience=0))
+    assert [it["status"] for it in summary["iterations"]] == ["correct"] * 3 and summary["best"]["iteration"] == 2
+    example = get_platform("cpu").spec().example_candidate.strip()
+    first, second, third = [r.prompt for r in server.chat_requests if r.model == "gen-model"]
+    assert example in first and example not in second and example not in third
+    assert "## How it is judged" in first and "Outputs must match the reference" in first
+    assert ('Your latest attempt (iteration 1), which followed the recommendation(s) "Drop the repeat loop", was '
+            "correct but not faster (3 ms)") in third
+    assert "iteration 1: Drop the repeat loop -> correct, 3 ms vs 2 ms before" in third
+    analysis = [r for r in server.chat_requests if r.model == "ana-model"][0]
+    assert "from platforms.cpu import compile_cpp" in analysis.messages[0]["content"]
+    assert "No threads, subprocesses" in analysis.messages[0]["content"]
 
 
 def test_two_programs_in_a_reply_the_one_that_compiles_is_evaluated(db, server):

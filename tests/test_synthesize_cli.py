@@ -186,13 +186,17 @@ def test_unknown_model_fails_before_the_run_naming_the_served_models(server, env
 def test_fatal_endpoint_error_exits_3_prints_it_once_and_gallery_problems_get_cpu_sizes(server, env, tmp_path):
     from tests.fakes.openai_server import error
 
+    from tests.fakes.openai_server import server_error
+
     db = str(tmp_path / "runs.db")
-    server.enqueue(error(400, "Unsupported parameter: 'frobnicate'"))
+    server.enqueue(server_error(message="overloaded, try again"), error(400, "Unsupported parameter: 'frobnicate'"))
     gallery_problem = REPO / "assets/problems/level1/01_relu.py"
     done = cli(env, "synthesize", "--problem", str(gallery_problem), "--target", "cpu", *llm_flags(server),
                "--db", db)
     assert done.returncode == 3, done.stderr
     assert done.stderr.count("frobnicate") == 1, done.stderr
+    assert "[0] model endpoint: " in done.stderr and "overloaded, try again" in done.stderr  # the retry, shown
+    assert "retrying in " in done.stderr and "(attempt 2)" in done.stderr
     assert "[0] no_program: (the endpoint error above)" in done.stderr
     with open_store(db) as store:
         (run,) = store.list_runs()
@@ -209,3 +213,19 @@ def test_default_size_class():
     assert default_size_class(gallery_problem, "cpu") == "cpu"
     assert default_size_class(PROBLEM.read_text(), "cpu") is None  # declares no CPU_SIZES: its own sizes
     assert default_size_class(gallery_problem, "no-such-target") is None
+
+
+def test_progress_marks_the_models_thinking_and_warnings():
+    import io
+
+    from kforge_core.cli.synthesize_cmd import ProgressPrinter
+    from kforge_core.loop.events import Tokens, UsageRecorded
+
+    out = io.StringIO()
+    printer = ProgressPrinter(out, verbose=True)
+    for event in (Tokens(0, "generation", "hmm, tiling?", thinking=True), Tokens(0, "generation", "Here it is."),
+                  UsageRecorded(0, "generation", 50, 10, warning="the server cut the prompt")):
+        printer(event)
+    lines = out.getvalue().splitlines()
+    assert lines == ["  [thinking]", "hmm, tiling?", "  [answer]", "Here it is.",
+                     "  [0] warning: the server cut the prompt"]

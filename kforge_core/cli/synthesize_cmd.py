@@ -302,10 +302,10 @@ class ProgressPrinter:
     def on_retry(self, e) -> None:
         where = f"[{e.iteration}] " if e.iteration is not None else ""
         if e.where == "loop":
-            self._line(f"  {where}waiting {e.delay_s:.0f} s for the model endpoint before the next step "
+            self._line(f"  {where}waiting {e.delay_s:.3g} s for the model endpoint before the next step "
                        f"(failure {e.attempt} in a row)")
         else:
-            self._line(f"  {where}model endpoint: {e.error}; retrying in {e.delay_s:.1f} s (attempt "
+            self._line(f"  {where}model endpoint: {e.error}; retrying in {e.delay_s:.3g} s (attempt "
                        f"{e.attempt + 1})")
 
     def on_usage(self, e) -> None:
