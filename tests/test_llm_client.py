@@ -686,3 +686,10 @@ def test_settings_file_context_and_prices(clean_env, tmp_path):
     with pytest.raises(LLMConfigError, match="context_tokens must be > 0"):
         LLMConfig(context_tokens=0)
     assert LLMConfig(model="m").price_for("analysis") is None  # unknown is not zero
+
+
+def test_ollama_names_without_a_tag_are_served_as_latest():
+    from kforge_core.llm.endpoint import is_served
+
+    assert is_served("qwen3", ["qwen3:latest"]) and is_served("qwen3:8b", ["qwen3:8b"])
+    assert not is_served("qwen3", ["qwen3:8b"]) and not is_served("qwen3:latest", ["qwen3"])

@@ -167,6 +167,7 @@ def prepare_agent(config: RunConfig, explicit_agent: bool) -> list[str]:
     """Pick the default agent and check the endpoint before anything is recorded. Returns notes to show."""
     from ..agents.factory import llm_config_for
     from ..llm import check_endpoint
+    from ..llm.endpoint import is_served
 
     notes = []
     llm_cfg = llm_config_for(config)
@@ -188,7 +189,7 @@ def prepare_agent(config: RunConfig, explicit_agent: bool) -> list[str]:
         raise UsageError(f"cannot use the LLM endpoint {llm_cfg.endpoint}: {check.error}")
     if check.models:  # a server that lists its models: an unknown one would only fail the run later
         unknown = [m for m in dict.fromkeys((llm_cfg.model_for("generation"), llm_cfg.model_for("analysis")))
-                   if m and m not in check.models]
+                   if m and not is_served(m, check.models)]
         if unknown:
             served = ", ".join(check.models[:20]) + (" ..." if len(check.models) > 20 else "")
             raise UsageError(f"the LLM endpoint {llm_cfg.endpoint} does not serve model(s) "

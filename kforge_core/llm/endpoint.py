@@ -38,6 +38,11 @@ class EndpointCheck:
     notes: list[str] = field(default_factory=list)
 
 
+def is_served(model: str, models: list[str]) -> bool:
+    """Whether a GET /models list serves `model`: listed as is, or (Ollama) with the ":latest" tag it implies."""
+    return model in models or (":" not in model and f"{model}:latest" in models)
+
+
 def check_endpoint(client_or_config, *, timeout_s: float = 20.0, test_call: bool = True) -> EndpointCheck:
     """Check an `LLMClient` or `LLMConfig`: models list, then (when `test_call`) a tiny non-streamed chat.
     `timeout_s` bounds each request; no retries, so the page answers promptly."""
@@ -67,7 +72,7 @@ def _check(client, timeout_s: float, test_call: bool) -> EndpointCheck:
         # Some servers do not implement /models; the chat call below is the real test.
         models = None
         notes.append(f"could not list models: {err}")
-    listed = (model in models) if (models is not None and model) else None
+    listed = is_served(model, models) if (models is not None and model) else None
 
     if not model:
         served = f"; this endpoint serves: {', '.join(models[:20])}" if models else ""
