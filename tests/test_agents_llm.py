@@ -358,3 +358,11 @@ def test_two_programs_are_both_offered(server, client):
     server.enqueue(f"Draft:\n```python\n{draft}```\nFinal:\n```python\n{PROGRAM}```")
     result = LLMGenerationAgent(client).generate(gen_request())
     assert result.program == PROGRAM and result.alternatives == [draft]
+
+
+def test_a_failed_continuation_carries_the_first_parts_tokens(server, client):
+    server.enqueue(reply("```python\nimport torch\n", finish_reason="length", prompt_tokens=500,
+                         completion_tokens=7), server_error(), server_error(), server_error())
+    with pytest.raises(LLMServerError) as info:
+        LLMGenerationAgent(client).generate(gen_request())
+    assert info.value.prompt_tokens == 500 and info.value.completion_tokens == 7  # recorded by the loop

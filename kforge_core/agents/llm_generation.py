@@ -20,7 +20,7 @@ A stream that breaks after the program's code block closed still delivers the pr
 
 from __future__ import annotations
 
-from ..llm import ChatResult, LLMClient, LLMContextError, LLMStreamError, prompt_budget
+from ..llm import ChatResult, LLMClient, LLMContextError, LLMError, LLMStreamError, prompt_budget
 from ..llm.tokens import estimate_tokens
 from .base import GenerationRequest, GenerationResult, TokenSink, Usage
 from .extract import defines_model, extract_program, fenced_blocks
@@ -73,9 +73,11 @@ class LLMGenerationAgent:
             try:
                 more = self._chat([*messages, {"role": "assistant", "content": text}, continuation_message()],
                                   on_token)
-            except LLMStreamError as err:
+            except LLMError as err:  # the first part was answered (and paid for) all the same
                 err.prompt_tokens += usage.prompt_tokens
                 err.completion_tokens += usage.completion_tokens
+                if not isinstance(err, LLMStreamError):
+                    raise
                 err.partial_text = join_continuation(text, err.partial_text)
                 return self._from_broken_stream(err, messages, notes)
             usage = _add(usage, usage_of(more))
