@@ -291,6 +291,20 @@ def test_a_smaller_context_than_planned_never_fails_a_run_holding_a_correct_prog
     assert len([r for r in server.chat_requests if r.model == "gen-model"]) == 2
 
 
+def test_a_prompt_refused_for_its_length_is_clipped_sent_again_and_recorded(db, server):
+    server.context_limit = 4000
+    server.enqueue_for("gen-model", scripted(1.0))
+    config = make_config(server, max_functional_iters=1, reference_program="# the CUDA one\n" + "y = 1\n" * 5000,
+                         reference_target="cuda")
+    run_id, seen, summary, events = run_scripted(db, config)
+    assert summary["status"] == "succeeded"
+    full, clipped = of_kind(events, "prompt_sent", iteration=0, agent="generation")
+    size = [sum(len(m["content"]) for m in p["data"]["messages"]) for p in (full, clipped)]
+    assert size[1] < size[0] and size[1] // 4 <= 4000
+    (extracted,) = of_kind(events, "program_extracted", iteration=0)
+    assert "did not fit the model's context; it was clipped" in extracted["data"]["notes"]
+
+
 def test_a_retry_after_is_waited_for_by_the_loop_and_costs_no_functional_step(db, server):
     """The client does not wait 0.3 s itself (max_retry_after_s 0.1); the loop does, then goes on; the failed call
     uses up none of the single functional step."""

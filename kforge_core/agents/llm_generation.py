@@ -21,6 +21,7 @@ A stream that breaks after the program's code block closed still delivers the pr
 from __future__ import annotations
 
 from ..llm import ChatResult, LLMClient, LLMContextError, LLMError, LLMStreamError, prompt_budget
+from ..llm.tokens import estimate_prompt_tokens as _estimate
 from ..llm.tokens import estimate_tokens
 from .base import GenerationRequest, GenerationResult, TokenSink, Usage
 from .extract import defines_model, extract_program, fenced_blocks
@@ -159,12 +160,6 @@ def chat_streaming(client: LLMClient, messages: list[dict], model: str | None, s
                            on_retry=getattr(sink, "retrying", None))
     finally:
         router.flush()
-
-
-def _estimate(messages: list[dict]) -> int:
-    from ..llm import estimate_prompt_tokens
-
-    return estimate_prompt_tokens(messages)
 
 
 def join_continuation(partial: str, continuation: str) -> str:

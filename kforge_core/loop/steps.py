@@ -124,10 +124,12 @@ class CandidateSteps:
         agent = self.generator
         requests = {i: self._request(pass_name, i, base, feedback) for i in indexes}
         prompt = getattr(agent, "prompt", None)  # see _analyse
+        sent: dict[int, list[dict]] = {}
         if prompt is not None:
             for i, request in requests.items():
+                sent[i] = prompt(request)
                 yield PromptSent(iteration=i, agent="generation", model=_model_name(agent),
-                                 messages=_for_record(prompt(request)))
+                                 messages=_for_record(sent[i]))
         jobs = {i: (lambda on_token, r=request: agent.generate(r, on_token)) for i, request in requests.items()}
         outcomes = yield from self._stream(jobs, "generation")
         attempts = []
@@ -138,7 +140,7 @@ class CandidateSteps:
                 attempt = yield from self._endpoint_failure(error, "generation", i, pass_name)
             else:
                 self.state.endpoint_failures_in_a_row = 0
-                if prompt is None and result.prompt:
+                if result.prompt and result.prompt != sent.get(i):  # no prompt method, or a prompt clipped again
                     yield PromptSent(iteration=i, agent="generation", model=_model_name(agent),
                                      messages=_for_record(result.prompt))
                 yield from self._usage(i, "generation", result.usage, agent)
