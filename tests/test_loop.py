@@ -736,3 +736,15 @@ def test_invalid_configs_are_usage_errors(server, bad, message):
 
     with pytest.raises(UsageError, match=message):
         make_config(server, **bad).validate()
+
+
+def test_a_model_the_endpoint_does_not_serve_stops_the_run_naming_the_served_ones(db, server):
+    """The app creates runs without the CLI's check: the 404 names the served models, once, and ends the run."""
+    from tests.fakes.openai_server import error
+
+    server.enqueue_for("gen-model", error(404, "The model `gen-model` does not exist", code="model_not_found"))
+    server.models = ["other-model", "ana-model"]
+    run_id, seen, summary, events = run_scripted(db, make_config(server))
+    assert summary["status"] == "failed"
+    assert "is not among the models it serves: other-model, ana-model" in summary["error"]
+    assert len(of_kind(events, "error")) == 1

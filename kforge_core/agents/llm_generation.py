@@ -20,7 +20,8 @@ A stream that breaks after the program's code block closed still delivers the pr
 
 from __future__ import annotations
 
-from ..llm import ChatResult, LLMClient, LLMContextError, LLMError, LLMStreamError, prompt_budget
+from ..llm import ChatResult, LLMClient, LLMContextError, LLMError, LLMRequestError, LLMStreamError, prompt_budget
+from ..llm.endpoint import with_served_models
 from ..llm.tokens import estimate_prompt_tokens as _estimate
 from ..llm.tokens import estimate_tokens
 from .base import GenerationRequest, GenerationResult, TokenSink, Usage
@@ -158,6 +159,11 @@ def chat_streaming(client: LLMClient, messages: list[dict], model: str | None, s
     try:
         return client.chat(messages, model=model, on_token=router, on_reasoning=on_thinking,
                            on_retry=getattr(sink, "retrying", None))
+    except LLMRequestError as err:  # an unknown model: say which ones the endpoint serves
+        better = with_served_models(client, err, model)
+        if better is err:
+            raise
+        raise better from None
     finally:
         router.flush()
 

@@ -43,6 +43,24 @@ def is_served(model: str, models: list[str]) -> bool:
     return model in models or (":" not in model and f"{model}:latest" in models)
 
 
+def with_served_models(client, err: LLMError, model: str | None) -> LLMError:
+    """A 404 for a model the endpoint does not serve, re-worded to name the models it does serve (when it lists
+    them); any other error unchanged."""
+    from .errors import LLMRequestError
+
+    if not isinstance(err, LLMRequestError) or err.status != 404 or not model:
+        return err
+    try:
+        models = client.list_models(timeout_s=min(client.config.timeout_s, 10.0), max_retries=0)
+    except LLMError:
+        return err
+    if not models or is_served(model, models):
+        return err
+    served = ", ".join(models[:20]) + (" ..." if len(models) > 20 else "")
+    return LLMRequestError(f"{err}; model {model!r} is not among the models it serves: {served}",
+                           endpoint=err.endpoint, status=err.status, attempts=err.attempts)
+
+
 def check_endpoint(client_or_config, *, timeout_s: float = 20.0, test_call: bool = True) -> EndpointCheck:
     """Check an `LLMClient` or `LLMConfig`: models list, then (when `test_call`) a tiny non-streamed chat.
     `timeout_s` bounds each request; no retries, so the page answers promptly."""
