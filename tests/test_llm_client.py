@@ -693,3 +693,15 @@ def test_ollama_names_without_a_tag_are_served_as_latest():
 
     assert is_served("qwen3", ["qwen3:latest"]) and is_served("qwen3:8b", ["qwen3:8b"])
     assert not is_served("qwen3", ["qwen3:8b"]) and not is_served("qwen3:latest", ["qwen3"])
+
+
+def test_check_endpoint_reports_the_context_window(server):
+    from kforge_core.llm import DEFAULT_CONTEXT_TOKENS
+
+    server.enqueue("ok")
+    check = check_endpoint(server.llm_config(), test_call=True)
+    assert check.ok and check.context_tokens == DEFAULT_CONTEXT_TOKENS
+    assert any("does not say how long" in n and "OLLAMA_CONTEXT_LENGTH" in n for n in check.notes)
+    server.model_info = {"fake-model": {"max_model_len": 8192}}
+    check = check_endpoint(server.llm_config(), test_call=False)
+    assert check.context_tokens == 8192 and not any("does not say" in n for n in check.notes)

@@ -262,7 +262,7 @@ class LLMClient:
             learned = self._windows.get(model)
         if learned:
             return learned
-        listed = self._listed_window(model)
+        listed = self.published_context_window(model)
         return listed or DEFAULT_CONTEXT_TOKENS
 
     def learn_context_window(self, model: str, tokens: int) -> None:
@@ -273,7 +273,8 @@ class LLMClient:
             if known is None or tokens < known:
                 self._windows[model] = tokens
 
-    def _listed_window(self, model: str) -> int | None:
+    def published_context_window(self, model: str) -> int | None:
+        """The window GET /models publishes for `model` (asked once per client); None when it publishes none."""
         if self._listed_windows is None:
             windows: dict[str, int | None] = {}
             try:

@@ -36,6 +36,8 @@ class EndpointCheck:
     error_type: str | None = None
     """The `LLMError` subclass name, for the UI to pick an icon or a hint."""
     notes: list[str] = field(default_factory=list)
+    context_tokens: int | None = None
+    """The context window KForge plans prompts for (setting, else GET /models, else the default)."""
 
 
 def is_served(model: str, models: list[str]) -> bool:
@@ -104,8 +106,13 @@ def _check(client, timeout_s: float, test_call: bool) -> EndpointCheck:
         )
     if listed is False:
         notes.append(f"model {model!r} is not in the endpoint's model list")
+    context = client.context_window(model)
+    if not config.context_tokens and models is not None and not client.published_context_window(model):
+        notes.append(f"the endpoint does not say how long model {model!r}'s context is: prompts are planned for "
+                     f"{context} tokens; set context_tokens if the server holds fewer (Ollama: OLLAMA_CONTEXT_LENGTH)")
     if not test_call:
-        return EndpointCheck(ok=True, endpoint=endpoint, models=models, model=model, model_listed=listed, notes=notes)
+        return EndpointCheck(ok=True, endpoint=endpoint, models=models, model=model, model_listed=listed, notes=notes,
+                             context_tokens=context)
 
     t0 = time.monotonic()
     try:
@@ -123,4 +130,5 @@ def _check(client, timeout_s: float, test_call: bool) -> EndpointCheck:
         latency_s=time.monotonic() - t0,
         reply=result.text,
         notes=notes,
+        context_tokens=context,
     )
