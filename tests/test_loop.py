@@ -748,3 +748,10 @@ def test_a_model_the_endpoint_does_not_serve_stops_the_run_naming_the_served_one
     assert summary["status"] == "failed"
     assert "is not among the models it serves: other-model, ana-model" in summary["error"]
     assert len(of_kind(events, "error")) == 1
+
+
+def test_a_resume_flag_adds_to_the_stored_llm_options():
+    run = {"config": {"llm_options": {"timeout_s": 5.0}}, "problem_source": PROBLEM, "problem_name": "relu",
+           "target": "cpu"}
+    config = RunConfig.from_run(run, llm_options={"context_tokens": 8192})
+    assert config.llm_options == {"timeout_s": 5.0, "context_tokens": 8192}

@@ -51,6 +51,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     agent.add_argument("--analysis-model", help="performance-analysis model (default: the generation model)")
     agent.add_argument("--base-url", help="OpenAI-compatible API root, e.g. http://localhost:8000/v1")
     agent.add_argument("--api-key", help="API key (better: OPENAI_API_KEY); never stored")
+    agent.add_argument("--endpoint-max-wait", type=float, metavar="S",
+                       help="longest wait for a failing endpoint before the run stops to be resumed later (a 429's "
+                            "Retry-After, or the doubling backoff; default 600 s)")
+    agent.add_argument("--max-endpoint-failures", type=int, metavar="N",
+                       help="failed model calls in a row (after the client's own retries) that stop the run "
+                            "(default 5)")
     agent.add_argument("--context-tokens", type=int, metavar="N",
                        help="the model's context window in tokens, for servers that do not publish it (Ollama: its "
                             "OLLAMA_CONTEXT_LENGTH); default: GET /models, else [llm] context_tokens, else 32768")
@@ -97,11 +103,13 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
                   max_total_tokens=args.max_tokens, patience=args.patience, best_of_k=args.best_of,
                   reference_target=args.reference_target, screenshots=args.screenshot, tolerance=args.tolerance,
                   size_class=args.size_class, eval_timeout_s=args.eval_timeout,
-                  screenshots_of=getattr(args, "screenshots_of", None),
+                  screenshots_of=args.screenshots_of,
+                  endpoint_max_wait_s=args.endpoint_max_wait,
+                  max_endpoint_failures=args.max_endpoint_failures,
                   eval_baselines=False if args.no_baselines else None)
     if args.reference_program:
         values["reference_program"] = _read(args.reference_program, "reference program")
-    if getattr(args, "context_tokens", None) is not None:
+    if args.context_tokens is not None:
         values["llm_options"] = {"context_tokens": args.context_tokens}
     return {k: v for k, v in values.items() if v is not None}
 

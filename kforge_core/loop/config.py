@@ -111,7 +111,10 @@ class RunConfig:
         values.update(problem_source=run["problem_source"], problem_name=run["problem_name"], target=run["target"],
                       agent=run.get("agent") or values.get("agent", "llm"),
                       reference_program=run.get("reference_program"), reference_target=run.get("reference_target"))
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        if "llm_options" in overrides:  # a flag adds to the stored options (one of them), it does not replace them
+            overrides["llm_options"] = {**(values.get("llm_options") or {}), **overrides["llm_options"]}
+        values.update(overrides)
         return cls(**values)
 
 
