@@ -207,3 +207,14 @@ def test_analysis_prompt_has_the_rules_the_helpers_and_is_clipped_to_a_budget():
     assert "change 39" in user and "change 16 " in user and "change 15 " not in user  # the latest 24 at most
     _, clipped = analysis_messages_text(req, budget_tokens=1200)
     assert "change 39" in clipped and "change 16 " not in clipped  # fewer still, the latest kept
+
+
+def test_device_facts_name_the_measured_ceilings(monkeypatch, tmp_path):
+    from kforge_core.agents.facts import device_facts
+    from kforge_core.eval import ceilings
+
+    monkeypatch.setenv("KFORGE_CACHE_DIR", str(tmp_path))
+    platform = get_platform("cpu")
+    ceilings.store("cpu", platform.device_name(), {"bandwidth_gbs": 21.5, "fp32_tflops": 0.25})
+    facts = device_facts(platform)
+    assert platform.device_name() in facts and "21.5 GB/s" in facts and "fp32 peak 0.25 TFLOP/s" in facts

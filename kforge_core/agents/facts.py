@@ -67,8 +67,9 @@ def device_facts(platform) -> str:
     measured = ceilings.cached(platform.name, name) or {}
     if measured.get("bandwidth_gbs"):
         parts.append(f"measured memory bandwidth {measured['bandwidth_gbs']:.3g} GB/s")
-    if measured.get("fp32_tflops"):
-        parts.append(f"measured fp32 peak {measured['fp32_tflops']:.3g} TFLOP/s")
+    for key, label in (("fp32_tflops", "fp32"), ("bf16_tflops", "bf16 tensor-core")):
+        if measured.get(key):
+            parts.append(f"measured {label} peak {measured[key]:.3g} TFLOP/s")
     return "; ".join(parts)
 
 
