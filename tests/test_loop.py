@@ -755,3 +755,18 @@ def test_a_resume_flag_adds_to_the_stored_llm_options():
            "target": "cpu"}
     config = RunConfig.from_run(run, llm_options={"context_tokens": 8192})
     assert config.llm_options == {"timeout_s": 5.0, "context_tokens": 8192}
+
+
+def test_a_resumed_run_gives_back_the_steps_its_endpoint_failed(db, server):
+    """Restored from the store: iterations the endpoint failed used up no step (as in the running loop)."""
+    from kforge_core.loop.state import restore_state
+
+    server.enqueue_for("gen-model", server_error(), "No code, sorry.", server_error(), server_error())
+    config = make_config(server, max_functional_iters=3, max_endpoint_failures=2,
+                         llm_options={"timeout_s": 5.0, "max_retries": 0})
+    run_id, seen, summary, events = run_scripted(db, config)
+    assert [it["status"] for it in summary["iterations"]] == ["no_program"] * 4  # failed, judged, failed, failed
+    assert "failed 2 times in a row" in summary["error"]
+    with open_store(db) as store:
+        state = restore_state(store, run_id, config)
+    assert state.functional_steps == 1 and state.next_iteration == 4

@@ -8,7 +8,6 @@ optimization history, the counters, the tokens spent and the wall time spent are
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Any
 
 from ..agents.base import Recommendation
@@ -40,8 +39,8 @@ def restore_state(store: RunStore, run_id: str, config: RunConfig) -> LoopState:
     state.next_iteration = (finished[-1].iteration + 1) if finished else 0
     functional = [a for a in finished if a.pass_name == FUNCTIONAL]
     optimization = [a for a in finished if a.pass_name == OPTIMIZATION]
-    state.functional_steps = math.ceil(len(functional) / k)
-    state.optimization_steps = math.ceil(len(optimization) / k)
+    state.functional_steps = _steps_used(functional, k)
+    state.optimization_steps = _steps_used(optimization, k)
     by_index = {a.iteration: a for a in finished}
     if run["best_iteration"] is not None and run["best_iteration"] in by_index:
         state.best = by_index[run["best_iteration"]]
@@ -51,7 +50,7 @@ def restore_state(store: RunStore, run_id: str, config: RunConfig) -> LoopState:
     state.last_optimization = judged_optimization[-1] if judged_optimization else None
     if state.best is not None:
         after_best = [a for a in optimization if a.iteration > state.best.iteration]
-        state.steps_without_improvement = math.ceil(len(after_best) / k)
+        state.steps_without_improvement = _steps_used(after_best, k)
         best_so_far: Attempt | None = None
         for a in finished:  # replay "best before each attempt" for the analysis history
             if a.pass_name == OPTIMIZATION and not a.endpoint_failure and best_so_far is not None:
@@ -63,6 +62,13 @@ def restore_state(store: RunStore, run_id: str, config: RunConfig) -> LoopState:
     state.passes_started = {e["data"].get("pass") for e in events if e["kind"] == "pass_started"}
     state.elapsed_before_s = _work_time_s(events)
     return state
+
+
+def _steps_used(attempts: list[Attempt], k: int) -> int:
+    """Steps of k iterations each that used up the budget: a step whose every call failed at the endpoint did not
+    (the loop gives it back, see engine)."""
+    steps = [attempts[i:i + k] for i in range(0, len(attempts), k)]
+    return sum(1 for step in steps if not all(a.endpoint_failure for a in step))
 
 
 def _work_time_s(events: list[dict]) -> float:
