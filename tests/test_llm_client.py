@@ -618,11 +618,12 @@ def test_context_length_refusal_is_typed_and_teaches_the_window(server, client):
     ("Trying to keep the first 5000 tokens when context the overflows. However, the model is loaded with context "
      "length of only 4096 tokens, which is not enough.", 4096),
     ("the request exceeds the available context size, try increasing it", None),
+    ("<html>413 Request Entity Too Large</html>", None),
 ])
 def test_context_refusals_of_other_servers(server, client, message, window):
     from kforge_core.llm import LLMContextError
 
-    server.enqueue(error(400, message))
+    server.enqueue(error(413 if "413" in message else 400, message))
     with pytest.raises(LLMContextError) as info:
         client.chat(HI)
     assert info.value.context_tokens == window

@@ -142,7 +142,8 @@ def _from_status(err: openai.APIStatusError, ctx: CallContext, attempts: int) ->
             ),
             retryable=False,
         )
-    if status in (400, 413, 422) and is_context_refusal(msg):
+    # 413: a proxy's body-size limit, which a shorter prompt fixes as well
+    if status == 413 or (status in (400, 422) and is_context_refusal(msg)):
         window = window_from_message(msg)
         named = f" of {window} tokens" if window else ""
         return Failure(
