@@ -138,6 +138,8 @@ def verdict(event: dict, ctx: RenderContext) -> None:
         facts.append(f"max abs error {_num(v['max_abs_error'])}")
     if v.get("max_rel_error") is not None:
         facts.append(f"max rel error {_num(v['max_rel_error'])}")
+    if v.get("custom_share") is not None:
+        facts.append(f"{100 * v['custom_share']:.0f}% of the forward in its own kernels")
     tol = v.get("tolerance") or {}
     if tol.get("name"):
         facts.append(f"tolerance policy `{tol['name']}`")

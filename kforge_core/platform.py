@@ -41,6 +41,10 @@ class Example:
         return self.problem.read_text(), self.candidate.read_text()
 
 
+class TimingIntegrityError(RuntimeError):
+    """A timer found its own measurement unsound (e.g. the end timestamp taken before the work completed)."""
+
+
 class Timer:
     """Times one call of `fn` in milliseconds, including a device-wide synchronize before the end timestamp.
 
@@ -86,6 +90,9 @@ class Platform:
     formats: tuple[str, ...] = ()
     device_type: str = "cpu"
     has_profiler: bool = False
+    # a kernel call returns when its work is done (CPU): the time inside the call is the kernel's, so the share of
+    # a forward spent in the candidate's own kernels is measured on every call; otherwise it comes from a profile
+    synchronous_kernels: bool = False
     profiler_times_device: bool = False  # the profile's per-forward time is device (kernel) time, not host time
     accepts_profiler_screenshots: bool = False
     limit_address_space: bool = False  # RLIMIT_AS is safe only where the runtime does not map huge VA ranges

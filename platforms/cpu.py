@@ -70,24 +70,37 @@ def compile_cpp(source: str, *, openmp: bool = True, extra_cflags: tuple[str, ..
     native.vet_source("compile_cpp", source)  # the text actually compiled, however it was assembled
     native.vet_flags("compile_cpp", extra_cflags=list(extra_cflags))
     flags = (*BASE_FLAGS, *(("-fopenmp",) if openmp else ()), *extra_cflags)
-    key = digest(source, " ".join(flags), _compiler_version(cxx), _cpu_model())
+    # a build is vetted when it is made (a refused one leaves no cache entry): the rules' version is in the key
+    key = digest(source, " ".join(flags), _compiler_version(cxx), _cpu_model(), native.VETTING_VERSION)
     start = time.perf_counter()
 
     def build(tmp: Path) -> None:
         (tmp / "kernel.cpp").write_text(source)
+        # compile, then link: the object is the candidate's own code (what it imports, nothing the linker adds),
+        # and -MMD lists the non-system files the compiler read, however the #include was spelled
+        compile_flags = [f for f in flags if f != "-shared"]
         with guards.trusted():
-            proc = subprocess.run([cxx, *flags, "kernel.cpp", "-o", "kernel.so"], cwd=tmp, capture_output=True,
+            proc = subprocess.run([cxx, *compile_flags, "-MMD", "-MF", "kernel.d", "-c", "kernel.cpp", "-o",
+                                   "kernel.o"], cwd=tmp, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            log = native.sanitize_compiler_log(proc.stderr, ("kernel.cpp",), native.system_include_dirs(cxx))
+            start_line = source_start_line(source, context.candidate_text)
+            mapped, diags = map_diagnostics(log, ("kernel.cpp",), start_line, source)
+            summary = summarize_errors(diags) or (log.strip().splitlines() or ["unknown error"])[-1]
+            raise CompileError(f"C++ compilation failed: {summary}", log=mapped)
+        native.vet_includes("compile_cpp", native.depfile_entries((tmp / "kernel.d").read_text()),
+                            {tmp / "kernel.cpp"}, tmp)
+        native.vet_objects("compile_cpp", [tmp / "kernel.o"], "cpp")
+        with guards.trusted():
+            proc = subprocess.run([cxx, *flags, "kernel.o", "-o", "kernel.so"], cwd=tmp, capture_output=True,
                                   text=True, timeout=300)
         if proc.returncode != 0:
-            start_line = source_start_line(source, context.candidate_text)
-            mapped, diags = map_diagnostics(proc.stderr, ("kernel.cpp",), start_line, source)
-            summary = summarize_errors(diags) or (proc.stderr.strip().splitlines() or ["unknown error"])[-1]
-            raise CompileError(f"C++ compilation failed: {summary}", log=mapped)
+            raise CompileError(f"C++ link failed: {(proc.stderr.strip().splitlines() or ['unknown error'])[-1]}",
+                               log=native.sanitize_compiler_log(proc.stderr, ("kernel.cpp",), ()))
 
     directory, cached = cached_build("cpu", key, build)
     build_s = time.perf_counter() - start
     launches.record_build("cpu", key, cached, build_s)
-    native.vet_binary("compile_cpp", directory / "kernel.so")  # what the library imports, macros seen through
     try:
         with guards.trusted():  # dlopen/dlsym are refused to candidate code, not to us
             cdll = ctypes.CDLL(str(directory / "kernel.so"))
@@ -105,6 +118,7 @@ class CpuPlatform(Platform):
     has_profiler = True
     limit_address_space = True
     fork_server_safe = True
+    synchronous_kernels = True
     candidate_api = ("compile_cpp",)
     module_name = "platforms.cpu"
     tiny_problem_ms = 0.02

@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import torch  # noqa: F401 - the rules resolve values from imported modules, as in the evaluation child
 
 from candidates.evalkit import HONEST
 from kforge_core.platform import get_platform
@@ -145,6 +146,24 @@ ALLOWED = {
             """Unlike open(...) or getenv(...), nothing here touches the OS."""
             return x
     ''',
+    "re-exported stdlib helpers of allowed modules": """
+        import torch
+        import functools, itertools, operator, typing, collections, dataclasses, warnings
+        import numpy as np
+        a = (torch.math.sqrt, torch.functools.reduce, functools.partial, itertools.chain, operator.add,
+             typing.Optional, collections.OrderedDict, dataclasses.field, warnings.warn, np.float32, np.linalg.norm)
+        b = (torch.nn.Module, torch.cuda.Event, torch.utils.cpp_extension.load_inline, torch.Tensor.add)
+        torch.cuda.empty_cache
+    """,
+    "private attributes on the candidate's own class and ctx": """
+        import torch
+        class Fn(torch.autograd.Function):
+            _scale = 2.0
+            @staticmethod
+            def forward(ctx, x):
+                ctx._n = x.numel()
+                return x * Fn._scale
+    """,
     "identifiers that merely contain banned words": '''
         from platforms.cpu import compile_cpp
         SRC = r"""
@@ -241,6 +260,28 @@ FORBIDDEN = {
     "__dict__ of torch": ("import torch\nd = torch.__dict__", "no-dunder"),
     # private torch
     "torch._C": ("import torch\nx = torch._C._get_tracing_state()", "no-private-torch"),
+    "private attribute off a subscript": ("import torch\nm = [torch][0]._C", "no-private-torch"),
+    "private attribute of a call result": ("import torch\ns = torch.cuda.current_stream()._as_parameter_",
+                                           "no-private-torch"),
+    "nn.Module internals on self": ("import torch.nn as nn\nclass M(nn.Module):\n    def f(self):\n"
+                                    "        self._forward_hooks[0] = print", "no-private-torch"),
+    "name-mangled attribute": ("x = [1]\ny = x.__secret", "no-private-torch"),
+    # values: what an attribute of an allowed module is
+    "torch.os": ("import torch\ntorch.os.system('ls')", "resolved-values"),
+    "torch.sys.modules then private": ("import torch\nm = torch.sys.modules['torch']._C._state",
+                                       "resolved-values"),
+    "torch.builtins.open": ("import torch\nf = torch.builtins.open('/etc/passwd')", "resolved-values"),
+    "torch.importlib": ("import torch\nm = torch.importlib.import_module('os')", "resolved-values"),
+    "torch.ctypes through an alias": ("import torch\nt = torch\nc = t.ctypes.CDLL(None)", "resolved-values"),
+    "from torch import os": ("from torch import os", "resolved-values"),
+    "dataclasses.sys": ("import dataclasses\nm = dataclasses.sys.modules", "resolved-values"),
+    "typing.sys": ("import typing\nm = typing.sys.modules", "resolved-values"),
+    "dataclasses.builtins.exec": ("import dataclasses\ndataclasses.builtins.exec('1')", "resolved-values"),
+    "getattr(torch, 'importlib')": ("import torch\nm = getattr(torch, 'importlib')", "resolved-values"),
+    "torch.cuda.memory_snapshot": ("import torch\ns = torch.cuda.memory_snapshot()", "imports"),
+    "memory_snapshot through getattr": ("import torch\ns = getattr(torch.cuda, 'memory_snapshot')()",
+                                        "imports"),
+    "torch.cuda.memory_stats": ("import torch\ns = torch.cuda.memory_stats()", "imports"),
     "torch._dynamo": ("import torch._dynamo", "imports"),
     # patching
     "patch a torch function": ("import torch\ntorch.allclose = lambda *a, **k: True", "no-patching"),
@@ -316,6 +357,22 @@ def test_native_source_in_candidate_literal_reports_candidate_line():
           'extern "C" void f(float* x) { std::system("ls"); x[0] = 1; }\n"""\nlib = compile_cpp(SRC)\n'
     found = check_candidate(src, CPU.module_name, CPU.candidate_api)
     assert [(v.rule, v.line) for v in found] == [("native-no-os", 4)]
+
+
+def test_unresolvable_values_fall_back_to_module_names(monkeypatch):
+    """Where a value cannot be resolved (its module not imported in this process), the names of the stdlib modules
+    libraries hand out are refused instead."""
+    from kforge_core import rules
+
+    monkeypatch.setattr(rules._Checker, "_resolve", staticmethod(lambda qualified: (rules._MISSING, 1)))
+    assert "resolved-values" in rules_of("import torch\nm = torch.sys.modules")
+    assert "resolved-values" in rules_of("import numpy as np\nm = np.os.system")
+    assert rules_of("import torch\nm = torch.nn.functional.relu") == set()
+
+
+def test_resolved_value_names_what_it_is():
+    found = [str(v) for v in check("import torch\nm = torch.os")]
+    assert found == ["line 2: torch.os is the module os, outside the import allow-list [rule resolved-values]"]
 
 
 def test_violations_carry_lines_and_read_well():

@@ -42,6 +42,7 @@ class BenchConfig:
     eval_timing_options: dict = field(default_factory=dict)
     eval_baselines: bool = True  # eager + torch.compile timed next to every correct candidate
     devices: int | None = None  # None: all the target reports
+    min_custom_share: float | None = None  # below it a correct candidate counts as not faster (see below_share)
 
 
 def _record(problem: SuiteProblem, cfg: BenchConfig) -> dict:
@@ -77,6 +78,7 @@ def _record(problem: SuiteProblem, cfg: BenchConfig) -> dict:
             "compiled_ms": verdict.get("compiled_ms") or run.get("compiled_ms"),
             "speedup_vs_eager": run.get("best_speedup_vs_eager"),
             "speedup_vs_compiled": run.get("best_speedup_vs_compiled"),
+            "custom_share": verdict.get("custom_share"), "aten_compute": verdict.get("aten_compute") or [],
             "iterations": len(iterations), "error": run.get("error"), "wall_s": time.monotonic() - start}
 
 
@@ -135,10 +137,26 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
             for p in todo:
                 note(_record(p, cfg))
     except KeyboardInterrupt:
-        write_reports(cfg.out_dir, [done[p.name] for p in problems if p.name in done], meta)
+        write_reports(cfg.out_dir, _judged(done, problems, cfg), meta)
         progress(f"interrupted after {len(done)} of {len(problems)} problems; run the same command to resume")
         raise
-    return write_reports(cfg.out_dir, [done[p.name] for p in problems if p.name in done], meta)
+    return write_reports(cfg.out_dir, _judged(done, problems, cfg), {**meta, "min_custom_share": cfg.min_custom_share})
+
+
+def _judged(done: dict[str, dict], problems, cfg: BenchConfig) -> list[dict]:
+    return [below_share(done[p.name], cfg.min_custom_share) for p in problems if p.name in done]
+
+
+def below_share(record: dict, min_share: float | None) -> dict:
+    """A correct candidate whose own kernels do less than `min_share` of its forward's work is counted as not
+    faster (its speedups become unknown, i.e. 1.0 where failures count as 1.0); the measured ones are kept as
+    `measured_speedup_vs_*`. Applied when the report is written, so a resumed run may use another threshold."""
+    share = record.get("custom_share")
+    if min_share is None or not record.get("correct") or share is None or share >= min_share:
+        return record
+    return {**record, "below_custom_share": True,
+            **{f"measured_speedup_vs_{b}": record.get(f"speedup_vs_{b}") for b in ("eager", "compiled")},
+            "speedup_vs_eager": None, "speedup_vs_compiled": None}
 
 
 def _solve_star(args) -> dict:

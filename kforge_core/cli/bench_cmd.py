@@ -37,6 +37,9 @@ def register(sub) -> None:
                    help="skip timing eager and torch.compile (speedups are then unknown)")
     p.add_argument("--devices", type=int, help="workers, one per device (default: every device the target sees)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--min-custom-share", type=float, default=None, metavar="FRACTION",
+                   help="count a correct candidate whose own kernels take less than this share of its forward's "
+                        "time (0..1) as not faster than the baseline")
     p.set_defaults(handler=run)
 
 
@@ -56,6 +59,8 @@ def choose_agent(requested: str | None, base_url: str | None, api_key: str | Non
 def run(args: argparse.Namespace) -> int:
     from ..bench.runner import BenchConfig, run_bench
 
+    if args.min_custom_share is not None and not 0 <= args.min_custom_share <= 1:
+        raise UsageError(f"--min-custom-share must be a fraction between 0 and 1, got {args.min_custom_share:g}")
     platform = get_platform(args.target, require_available=True)
     size_class = args.size_class or ("cpu" if platform.device_type == "cpu" else None)
     agent = choose_agent(args.agent, args.base_url, args.api_key, args.model)
@@ -66,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                       api_key=args.api_key, db_path=args.db, max_functional_iters=args.max_functional_iters,
                       max_optimization_iters=args.max_optimization_iters, size_class=size_class,
                       tolerance=args.tolerance, devices=args.devices,
-                      eval_baselines=not args.no_baselines)
+                      eval_baselines=not args.no_baselines, min_custom_share=args.min_custom_share)
     summary = run_bench(cfg)
     if args.json:
         print_json(summary)

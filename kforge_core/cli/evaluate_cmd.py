@@ -74,6 +74,9 @@ def report(v: Verdict) -> str:
                          f"({fmt_ms(r['device_ms'])} per forward, profiler)")
         elif r.get("device_note"):
             lines.append(f"                 {r['device_note']}")
+    if v.custom_share is not None:
+        lines.append(f"  own kernels    {100 * v.custom_share:.0f}% of the forward's time"
+                     f"{'; ATen compute inside: ' + ', '.join(v.aten_compute[:4]) if v.aten_compute else ''}")
     if v.build_s is not None:
         lines.append(f"  build          {v.build_s:.2f} s")
     for w in v.warnings:

@@ -9,7 +9,11 @@ code or exotic reflection is caught at run time by an audit hook, thread-start g
 from __future__ import annotations
 
 import ast
+import builtins
+import inspect
 import re
+import sys
+import types
 from dataclasses import dataclass
 
 from ..pyast import parse_ast
@@ -33,8 +37,14 @@ RULES: tuple[Rule, ...] = (
          "only with a public constant name.", "Dynamic code and reflection dodge every static rule."),
     Rule("no-dunder", "No dunder names or attributes except __init__ and __name__.",
          "__globals__, __code__, __subclasses__ reach the harness and its timers."),
-    Rule("no-private-torch", "No private attributes of imported modules (torch._C, torch._dynamo, ...).",
+    Rule("no-private-torch", "No private attributes (torch._C, torch._dynamo, x._state, ...) on any object but the "
+         "candidate's own instances (self._cache), and not nn.Module's own internals there.",
          "Private torch internals patch dispatch, timers and caching allocators."),
+    Rule("resolved-values", "What an attribute of an allowed module is decides, not its name: a module outside the "
+         "import allow-list (torch.os, torch.sys, typing.sys, dataclasses.builtins), a builtin outside the safe "
+         "ones (torch.builtins.open) or a function of a refused module (torch.cuda.memory_snapshot) is refused "
+         "however it is reached.",
+         "Libraries import os, sys, builtins, importlib and ctypes themselves: an allowed name hands them out."),
     Rule("no-patching", "No assignment to attributes of imported modules or their classes.",
          "Patched timers (time.perf_counter, Event.elapsed_time) and patched torch functions fake speedups."),
     Rule("no-global-state", "No calls that change torch's global state: precision (TF32, matmul precision), "
@@ -77,6 +87,11 @@ DENIED_QUALIFIED_PREFIXES = (
     # attribute access by string (dodges the dunder rule) and eval in disguise (string annotations are evaluated)
     "operator.attrgetter", "operator.methodcaller", "string.Formatter", "typing.get_type_hints",
     "typing.ForwardRef", "functools.singledispatch", "functools.singledispatchmethod",
+    # memory introspection: the addresses of the kept reference outputs (overwritten by a kernel, then `correct`)
+    "torch.cuda.memory_snapshot", "torch.cuda.memory_stats", "torch.cuda.memory_stats_as_nested_dict",
+    "torch.cuda.memory_summary", "torch.cuda.list_gpu_processes", "torch.cuda.caching_allocator_alloc",
+    "torch.cuda.caching_allocator_delete", "torch.cuda.mem_get_info", "torch.mps.current_allocated_memory",
+    "torch.mps.driver_allocated_memory",
 )
 # Exact names allowed inside a denied prefix: KernelBench's load_inline (and its module, to reach it).
 ALLOWED_QUALIFIED = frozenset({"torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension"})
@@ -91,6 +106,39 @@ BANNED_CALLS = frozenset({
     "delattr", "memoryview", "exit", "quit", "help",
 })
 ALLOWED_DUNDERS = frozenset({"__init__", "__name__"})
+# Builtins a candidate may reach as an attribute of an allowed module (`torch.builtins.len` is odd but harmless);
+# anything else there (open, exec, getattr, __import__, ...) is refused however it was reached.
+SAFE_BUILTINS = frozenset({
+    "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr", "classmethod", "complex",
+    "dict", "divmod", "enumerate", "filter", "float", "format", "frozenset", "hash", "hex", "int", "isinstance",
+    "issubclass", "iter", "len", "list", "map", "max", "min", "next", "object", "oct", "ord", "pow", "print",
+    "property", "range", "repr", "reversed", "round", "set", "slice", "sorted", "staticmethod", "str", "sum",
+    "super", "tuple", "type", "zip", "Ellipsis", "NotImplemented", "None", "True", "False",
+})
+# Modules whose functions and classes an allowed module may re-export (C accelerators of allowed stdlib modules).
+_VALUE_MODULE_ROOTS = frozenset({"_functools", "_operator", "_collections", "_collections_abc", "_abc", "abc",
+                                 "_weakrefset", "cmath", "_warnings", "_string", "_struct", "builtins",
+                                 # the harness's own wrappers installed in torch for candidates (load_inline)
+                                 "kforge_core", "platforms"})
+# Checked when a value cannot be resolved (the root module is not importable here): stdlib modules that allowed
+# libraries import for themselves and so hand out as attributes.
+FORBIDDEN_MODULE_NAMES = frozenset({
+    "os", "sys", "builtins", "importlib", "ctypes", "subprocess", "threading", "_thread", "multiprocessing",
+    "socket", "shutil", "pickle", "marshal", "inspect", "gc", "io", "pathlib", "tempfile", "runpy", "pty", "posix",
+    "glob", "platform", "traceback", "copyreg", "weakref", "contextlib", "resource", "mmap",
+})
+# nn.Module's own private state: a candidate's `self._name` is its own business, `self._forward_hooks` is not.
+_MODULE_INTERNALS = re.compile(r"^_(parameters|buffers|modules|non_persistent|forward|backward|state_dict|"
+                               r"load_state_dict|load_from_state_dict|register|apply|call_impl|wrapped_call|"
+                               r"compiled_call|slow_forward|get_backward|is_full_backward|version|named_members|"
+                               r"replicate|get_name|save_to_state_dict|maybe_warn)")
+# Modules whose functions are refused under any public alias (`torch.cuda.memory_snapshot` is defined in
+# torch.cuda.memory): what they do, not where they are re-exported, is the problem.
+_VALUE_DENIED_MODULES = ("torch.cuda.memory", "torch.multiprocessing", "torch.distributed", "torch.hub",
+                         "torch.serialization", "torch.utils.benchmark", "torch.profiler", "torch.autograd.profiler",
+                         "torch.onnx", "torch.utils.tensorboard", "torch.overrides", "torch.library")
+_VALUE_ALLOWED = frozenset({"torch.cuda.memory.empty_cache"})
+_MISSING = object()
 # Methods that write files, refused whatever object they are reached on (`x.numpy().tofile(path)` is rooted at no
 # import the qualified-name checks could follow; `getattr(x, "tofile")` is read like `x.tofile`).
 FILE_WRITE_ATTRS = frozenset({
@@ -141,6 +189,7 @@ class _Checker(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}  # local name -> qualified module/object path
         self.direct_calls: set[int] = set()  # Name nodes that are the callee of a call (checked in visit_Call)
         self.bound: set[str] = set()  # names the candidate binds itself (`def forward(self, input)`): not builtins
+        self.own: set[str] = set()  # first parameters of its methods and its class names: private attributes ok
         self.violations: list[Violation] = []
 
     def visit_Module(self, node: ast.Module) -> None:
@@ -151,6 +200,12 @@ class _Checker(ast.NodeVisitor):
                 self.bound.add(sub.id)
             elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.bound.add(sub.name)
+            if isinstance(sub, ast.ClassDef):
+                self.own.add(sub.name)
+                for item in sub.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.args.posonlyargs + \
+                            item.args.args:
+                        self.own.add((item.args.posonlyargs + item.args.args)[0].arg)
             elif isinstance(sub, ast.ExceptHandler) and sub.name:
                 self.bound.add(sub.name)
         self.generic_visit(node)
@@ -191,6 +246,8 @@ class _Checker(ast.NodeVisitor):
                 self.flag("imports", node, "star imports are not allowed")
             elif alias.name.startswith("_") or (self._denied(qualified) and qualified not in ALLOWED_QUALIFIED):
                 self.flag("imports", node, f"import of {qualified!r} is not allowed")
+            else:
+                self._check_value(node, qualified)
             self.aliases[alias.asname or alias.name] = qualified
 
     @staticmethod
@@ -231,6 +288,70 @@ class _Checker(ast.NodeVisitor):
             # `f = exec; f(src)` or `reduce(getattr, ...)`: a banned builtin passed around as a value
             self.flag("no-dynamic-code", node, f"use of {node.id} as a value is not allowed")
 
+    # --- values: what a name of an allowed module *is* ---------------------------------------------------------
+    @staticmethod
+    def _resolve(qualified: str) -> tuple[object, int]:
+        """The object `qualified` names, read statically (module dicts, class attributes without descriptors
+        running) from modules already imported here (the evaluation child has torch; nothing is imported for
+        the check). Returns (value or _MISSING, how many parts resolved)."""
+        parts = qualified.split(".")
+        if parts[0] not in ALLOWED_IMPORT_ROOTS or parts[0] not in sys.modules:
+            return _MISSING, 0
+        obj = sys.modules[parts[0]]
+        for i, part in enumerate(parts[1:], start=1):
+            if isinstance(obj, types.ModuleType):
+                found = vars(obj).get(part, _MISSING)
+                if found is _MISSING:  # a submodule imported but not yet bound, or a lazy attribute
+                    found = sys.modules.get(f"{obj.__name__}.{part}", _MISSING)
+            elif isinstance(obj, type):
+                try:
+                    found = inspect.getattr_static(obj, part)
+                except AttributeError:
+                    found = _MISSING
+            else:
+                found = _MISSING
+            if found is _MISSING:
+                return _MISSING, i
+            obj = found
+        return obj, len(parts)
+
+    def _value_problem(self, qualified: str, value: object) -> str | None:
+        if isinstance(value, types.ModuleType):
+            name = value.__name__
+            if not (self._import_allowed(name) or name in ALLOWED_QUALIFIED):
+                return f"{qualified} is the module {name}, outside the import allow-list"
+            return None
+        name = getattr(value, "__name__", None)
+        if isinstance(name, str) and getattr(builtins, name, _MISSING) is value and not isinstance(value, str):
+            if name in SAFE_BUILTINS or (isinstance(value, type) and issubclass(value, BaseException)):
+                return None
+            return f"{qualified} is the builtin {name}(), not allowed"
+        if not callable(value) or qualified in ALLOWED_QUALIFIED:
+            return None
+        module = getattr(value, "__module__", None)
+        if not isinstance(module, str):
+            return None
+        if module.split(".")[0] not in ALLOWED_IMPORT_ROOTS | _VALUE_MODULE_ROOTS:
+            return f"{qualified} is {module}.{name or '?'}, from a module outside the import allow-list"
+        defined = f"{module}.{name}"
+        if any(defined.startswith(p + ".") for p in _VALUE_DENIED_MODULES) and defined not in _VALUE_ALLOWED:
+            return f"{qualified} is {defined}, which is not allowed"
+        return None
+
+    def _check_value(self, node: ast.AST, qualified: str) -> bool:
+        """Refuse what `qualified` resolves to when it is a module, builtin or function outside the allow-lists;
+        where it cannot be resolved, refuse the names of the stdlib modules libraries hand out."""
+        value, resolved = self._resolve(qualified)
+        problem = self._value_problem(qualified, value) if value is not _MISSING else None
+        if problem is None and value is _MISSING:
+            parts = qualified.split(".")
+            bad = next((p for p in parts[max(resolved, 1):] if p in FORBIDDEN_MODULE_NAMES), None)
+            if bad and parts[0] in ALLOWED_IMPORT_ROOTS:
+                problem = f"{qualified} names the module {bad!r} (outside the import allow-list)"
+        if problem:
+            self.flag("resolved-values", node, problem)
+        return problem is not None
+
     def _check_qualified(self, node: ast.AST, qualified: str, store: bool) -> None:
         parts = qualified.split(".")
         if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts):
@@ -242,6 +363,8 @@ class _Checker(ast.NodeVisitor):
         elif qualified.startswith(self.platform_module + ".") and parts[len(self.platform_module.split("."))] \
                 not in self.candidate_api:
             self.flag("imports", node, f"{qualified} is not part of the candidate API")
+        else:
+            self._check_value(node, qualified)
         if store:
             self.flag("no-patching", node, f"assigning to {qualified} patches a module")
 
@@ -253,7 +376,18 @@ class _Checker(ast.NodeVisitor):
         qualified = self._qualified(node)
         if qualified:
             self._check_qualified(node, qualified, isinstance(node.ctx, (ast.Store, ast.Del)))
+        elif node.attr.startswith("_") and not (node.attr.startswith("__") and node.attr.endswith("__")) and \
+                not self._own_private(node):
+            # on any object: `torch.sys.modules["torch"]._C` is rooted at no import the chain check follows
+            self.flag("no-private-torch", node, f"private attribute .{node.attr} is not allowed")
         self.generic_visit(node)
+
+    def _own_private(self, node: ast.Attribute) -> bool:
+        """`self._cache` on the candidate's own instance or class (not an alias of an import), nn.Module's own
+        internals (`self._forward_hooks`, `self._apply`) excepted."""
+        root = node.value
+        return isinstance(root, ast.Name) and root.id in self.own and root.id not in self.aliases and \
+            not _MODULE_INTERNALS.match(node.attr)
 
     def _check_store_target(self, target: ast.AST) -> None:
         # Attributes of imported modules/classes, directly or through a name assigned from one
@@ -335,6 +469,23 @@ def _string_literals(tree: ast.AST) -> list[tuple[int, str]]:
     return out
 
 
+_C_STRING = r'"(?:[^"\\\n]|\\.)*"'
+_ADJACENT_STRINGS = re.compile(rf"{_C_STRING}(?:\s*{_C_STRING})+")
+
+
+def _join_strings(m: re.Match) -> str:
+    text = m.group(0)
+    parts = re.findall(_C_STRING, text)
+    return '"' + "".join(p[1:-1] for p in parts) + '"' + "\n" * text.count("\n")
+
+
+def _normalize_c(src: str) -> str:
+    """What the preprocessor sees, as far as the scan needs it: digraph/trigraph `#` (`%:include`, `??=include`)
+    and adjacent string literals joined (`"/pr" "oc"` is "/proc"; the newlines between them kept after it, so
+    later lines keep their numbers)."""
+    return _ADJACENT_STRINGS.sub(_join_strings, src.replace("%:", "#").replace("??=", "#"))
+
+
 def _strip_c_comments(src: str) -> str:
     src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
     return re.sub(r"//[^\n]*", "", src)
@@ -344,7 +495,7 @@ def check_native_source(text: str, first_line: int = 1, allow_inline_asm: bool =
     """Scan kernel source text; `first_line` is where the literal starts in the candidate file."""
     found = []
     patterns = list(_NATIVE_PATTERNS) + ([] if allow_inline_asm else [_HOST_ASM])
-    body = _strip_c_comments(text)
+    body = _normalize_c(_strip_c_comments(text))
     for i, line in enumerate(body.splitlines()):
         for pattern, what in patterns:
             m = re.search(pattern, line)

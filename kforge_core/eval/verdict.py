@@ -37,6 +37,11 @@ class Verdict:
     kernel_launches: dict[str, int] = field(default_factory=dict)
     profile: dict | None = None
     roofline: dict | None = None
+    # share of the forward's time spent in the candidate's own compiled kernels (the lowest of the measurements in
+    # custom_share_detail), and ATen compute of the reference's kind its forward ran itself (harness/work.py)
+    custom_share: float | None = None
+    custom_share_detail: dict | None = None
+    aten_compute: list[str] = field(default_factory=list)
     device: str = ""
     log_tail: str = ""  # what the candidate printed (stdout/stderr), last lines
     wall_s: float | None = None

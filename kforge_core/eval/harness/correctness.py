@@ -17,17 +17,20 @@ whenever the reference's do (constant outputs).
 After every candidate call `after_call()` runs (the caller checks that no global torch state, hook, mode or
 patched function was left behind, before the harness computes anything else), and the outputs are checked to be
 memory a compiled kernel was handed or returned; if none is, the verdict carries a warning (a do-nothing kernel
-beside a PyTorch computation satisfies must-launch: launch counting alone cannot tell).
+beside a PyTorch computation satisfies must-launch: launch counting alone cannot tell). Work, not launches, is what
+the verdict then reports: the ATen ops the first call dispatched (compute of the reference's kind inside the
+candidate) and, on the other calls, the time spent inside its compiled kernels against the forward's time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from time import perf_counter_ns as _clock  # bound at import, before any candidate code
 from typing import Callable
 
 import torch
 
-from . import launches
+from . import guards, launches
 from .compare import compare_outputs, flatten, tensors_equal
 from .loading import clone, tensor_bytes
 
@@ -41,6 +44,9 @@ class CorrectnessResult:
     max_rel_error: float = 0.0
     launches: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    forward_ns: int = 0  # checked candidate calls: wall time of the forward calls
+    kernel_ns: int = 0  # ... and the time spent inside its compiled kernels' calls
+    aten_ops: set[str] = field(default_factory=set)  # ATen ops its forward dispatched (first checked call)
 
 
 class Fail(Exception):
@@ -93,6 +99,7 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
     res = CorrectnessResult("correct", "")
     checks = res.checks
     provenance: list[bool | None] = []
+    recorded: list[bool] = []
 
     def run(model, inputs):
         with torch.no_grad():
@@ -109,7 +116,16 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
 
     def candidate_call(inputs, what: str):
         launches.reset()
-        out = run(new_model, inputs)
+        if not recorded:
+            # the first call: which ATen ops run inside the candidate's forward (compute of the reference's kind);
+            # not counted in the custom-kernel share (the recording slows every ATen op down)
+            recorded.append(True)
+            out = guards.record_ops(lambda: run(new_model, inputs), res.aten_ops)
+        else:
+            kernel_before, start = launches.kernel_ns(), _clock()
+            out = run(new_model, inputs)
+            res.forward_ns += _clock() - start
+            res.kernel_ns += launches.kernel_ns() - kernel_before
         if after_call is not None:
             after_call()
         n = launches.total()

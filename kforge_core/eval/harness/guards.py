@@ -31,6 +31,7 @@ import importlib._bootstrap as _bootstrap
 import importlib._bootstrap_external as _external
 import marshal
 import os
+import re
 import sys
 import threading
 import types
@@ -386,9 +387,86 @@ def snapshot_state(identities: bool = True) -> dict[str, object]:
         snap["torch.mps.synchronize"] = getattr(torch.mps, "synchronize", None)
     snap.update(_settings(torch))
     snap.update(_interposition(torch))
+    snap.update(native_state())
     if identities:
         snap.update(_identities(torch))
+        snap.update(_dispatcher(torch))
     return snap
+
+
+# ------------------------------------------------------------------------------------------- global native state
+#
+# Native code changes process-wide behaviour no Python identity shows: a TORCH_LIBRARY_IMPL(aten, CPU, ...) in an
+# extension replaced ATen's kernels, so the comparison itself (float64 abs returning zeros: "max abs error 0") and
+# the reference ran through the candidate's code; signal handlers and timers change what a hang or a slow call does.
+# The object allow-list (native.py) refuses the symbols that do this; these snapshots back it at run time.
+
+watched_ops: set[str] = set()  # the ATen ops the reference and the comparison ran (recorded by run.py)
+_DISPATCH_KEYS = ("CPU", "CUDA", "MPS", "AutogradCPU", "AutogradCUDA", "CompositeImplicitAutograd",
+                  "CompositeExplicitAutograd")
+_DISPATCH_LINE = re.compile(rf"^({'|'.join(_DISPATCH_KEYS)}): ")
+
+
+def native_state() -> dict[str, object]:
+    """Signal dispositions (caught and ignored masks, process-wide), interval timers and POSIX timers: cheap enough
+    for every call."""
+    import signal
+
+    snap: dict[str, object] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(("SigIgn:", "SigCgt:")):
+                    snap[f"signal dispositions ({line[:6]})"] = line.split()[1]
+    except OSError:
+        pass
+    for which in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF"):
+        value, interval = signal.getitimer(getattr(signal, which))
+        snap[f"interval timer {which}"] = (value > 0, interval)
+    try:
+        with trusted(), open("/proc/self/timers", encoding="ascii") as f:  # our read, not the candidate's
+            snap["POSIX timers"] = sum(1 for line in f if line.startswith("ID:"))
+    except OSError:
+        pass
+    return snap
+
+
+def _dispatcher(torch) -> dict[str, object]:
+    """Which ATen ops have a kernel for each backend key (a new registration), and the backend kernels of the ops
+    the reference and the comparison use (a replaced one: its `registered at` names the extension). Other
+    namespaces are left out: torch's own lazy imports register ops there (fsdp::, c10d_functional::, ...)."""
+    snap: dict[str, object] = {}
+    for key in _DISPATCH_KEYS:
+        found = _read(lambda key=key: torch._C._dispatch_get_registrations_for_dispatch_key(key))
+        if found is not _MISSING:
+            snap[f"dispatch:dispatcher registrations for {key}"] = frozenset(n for n in found if n.startswith("aten::"))
+    for op in sorted(watched_ops):
+        dump = _read(lambda op=op: torch._C._dispatch_dump(op))
+        if dump is not _MISSING:
+            snap[f"dispatch:dispatcher kernels of {op}"] = "\n".join(ln for ln in dump.splitlines() if _DISPATCH_LINE.match(ln))
+    return snap
+
+
+reference_ops: set[str] = set()  # the ATen ops the reference's forward ran
+
+
+def record_ops(fn, *into: set[str]):
+    """Run `fn()` and add the names of the ATen ops it dispatched to each set in `into` (default: `watched_ops`).
+    The mode is entered and left here, around exactly this call."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    targets = into or (watched_ops,)
+
+    class _Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = getattr(getattr(func, "_schema", None), "name", None)
+            if name:
+                for target in targets:
+                    target.add(name)
+            return func(*args, **(kwargs or {}))
+
+    with _Recorder():
+        return fn()
 
 
 _MISSING = object()
@@ -472,12 +550,15 @@ def changed_state(before: dict[str, object], identities: bool = True) -> list[st
     after = snapshot_state(identities)
     changed = []
     for k, v in before.items():
-        if k.startswith("id:") and not identities:
-            continue
+        if k.startswith(("id:", "dispatch:")) and not identities:
+            continue  # the full check's entries (after import, after each checked call, after timing)
         now = after.get(k, _MISSING)
         if k.startswith("id:"):
             if now is not v and not _rebound_by_import(k, v, now):
                 changed.append(k[3:])
+        elif k.startswith("dispatch:"):
+            if now != v:
+                changed.append(k[9:])
         elif now is not v and now != v:
             changed.append(k)
     return changed

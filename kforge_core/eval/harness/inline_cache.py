@@ -7,11 +7,13 @@ cache, so concurrent evaluations never share a half-built folder. Returned modul
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import re
 import time
 from pathlib import Path
+from time import perf_counter_ns as _clock  # bound at import, before any candidate code
 
 from ...build_cache import cached_build, digest
 from ...errors import CompileError
@@ -32,7 +34,11 @@ class TrackedExtension:
         if callable(value) and not attr.startswith("_"):
             def launch(*args, **kwargs):
                 launches.record(f"{self._name}.{attr}")
-                result = value(*args, **kwargs)
+                start = _clock()
+                try:
+                    result = value(*args, **kwargs)
+                finally:
+                    launches.add_kernel_time(_clock() - start)
                 for t in (*args, *kwargs.values(), *(result if isinstance(result, (list, tuple)) else (result,))):
                     if hasattr(t, "data_ptr"):
                         launches.touch(t)
@@ -101,43 +107,47 @@ def _cuda_arch_tag(cuda_source: str) -> str:
     return arch_list
 
 
-_BASELINE_CPP = "torch::Tensor kforge_baseline(torch::Tensor x);"
-_BASELINE_CUDA = r"""
-#include <torch/extension.h>
-#include <cuda_runtime.h>
-__global__ void kforge_baseline_kernel(const float* x, float* y, long long n) {
-    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i < n) y[i] = x[i];
-}
-torch::Tensor kforge_baseline(torch::Tensor x) {
-    auto y = torch::empty_like(x);
-    kforge_baseline_kernel<<<1, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
-    return y;
-}
-"""
+def _trusted_header_dirs() -> tuple[str, ...]:
+    """Where the headers a torch extension includes live: the compiler's own, torch's, Python's, CUDA's."""
+    import os
+    import sysconfig
+
+    import torch.utils.cpp_extension as cpp_extension
+
+    dirs = [*cpp_extension.include_paths(), sysconfig.get_paths().get("include", "")]
+    if cpp_extension.CUDA_HOME:
+        dirs.append(os.path.join(cpp_extension.CUDA_HOME, "include"))
+    cxx = os.environ.get("CXX", "c++")
+    return tuple(os.path.realpath(d) for d in dirs if d) + native.system_include_dirs(cxx)
 
 
-def _toolchain_imports(extra_cuda_cflags, extra_ldflags) -> frozenset[str]:
-    """Symbols a trivial CUDA extension imports when built by the same toolchain with the same flags: the CUDA
-    runtime and torch's headers bring them (a toolkit may link its runtime statically), not the candidate's code.
-    Built once per toolchain and cached like any build; empty when the trivial build fails."""
-    import torch
+def _ninja_deps(build_dir: Path) -> list[str]:
+    """The files each object was compiled from and read besides system headers (ninja keeps the compiler's -MMD
+    lists in .ninja_deps; torch passes its own include directories as -isystem)."""
+    import shutil
+    import subprocess
 
-    key = digest("kforge toolchain baseline", _BASELINE_CPP, _BASELINE_CUDA, repr(extra_cuda_cflags),
-                 repr(extra_ldflags), torch.__version__, str(torch.version.cuda), _cuda_arch_tag(_BASELINE_CUDA))
-    name = f"kforge_baseline_{key[:12]}"
+    ninja = shutil.which("ninja")
+    if ninja is None:
+        return []
+    with guards.trusted():
+        proc = subprocess.run([ninja, "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
+                              timeout=60)
+    return [line.strip() for line in proc.stdout.splitlines() if line.startswith(" ") and line.strip()]
 
-    def build(tmp: Path) -> None:
-        with guards.trusted():
-            _original(name=name, cpp_sources=_BASELINE_CPP, cuda_sources=_BASELINE_CUDA, functions=["kforge_baseline"],
-                      extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags, build_directory=str(tmp),
-                      verbose=False)
 
+@contextlib.contextmanager
+def _build_only():
+    """torch's load_inline imports what it built, which runs the library's static initializers and module init
+    (a TORCH_LIBRARY_IMPL registers kernels right there): build only, and import after the vetting."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    original = cpp_extension._import_module_from_library
+    cpp_extension._import_module_from_library = lambda *args, **kwargs: None
     try:
-        directory, _ = cached_build("load_inline", key, build)
-    except Exception:  # noqa: BLE001 - no baseline: the candidate's binary is vetted without allowances
-        return frozenset()
-    return frozenset(native.imported_symbols(directory / f"{name}.so") or ())
+        yield
+    finally:
+        cpp_extension._import_module_from_library = original
 
 
 def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
@@ -156,30 +166,29 @@ def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, ext
                      **{k: v for k, v in kwargs.items() if k.startswith("extra_") and k.endswith("flags")})
     key = digest(name, cpp, cuda, repr(functions), repr(extra_cflags), repr(extra_cuda_cflags), repr(extra_ldflags),
                  repr(extra_include_paths), repr(with_cuda), torch.__version__, str(torch.version.cuda),
-                 _cuda_arch_tag(cuda), repr(sorted(kwargs.items())))
+                 _cuda_arch_tag(cuda), repr(sorted(kwargs.items())), native.VETTING_VERSION)
     module_name = f"{re.sub(r'[^A-Za-z0-9_]', '_', str(name))}_{key[:12]}"
     start = time.perf_counter()
 
     def build(tmp: Path) -> None:
         try:
-            with guards.trusted():
+            with guards.trusted(), _build_only():
                 _original(name=module_name, cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions,
                           extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
                           extra_include_paths=extra_include_paths, build_directory=str(tmp), verbose=False,
                           with_cuda=with_cuda, is_python_module=True, **kwargs)
         except Exception as e:  # noqa: BLE001 - torch raises RuntimeError with the build log
-            summary, log = _map_build_error(str(e), tmp, [cpp, cuda])
-            first = summary or (str(e).strip().splitlines() or ["unknown error"])[0][:300]
+            text = native.sanitize_compiler_log(str(e), ("main.cpp", "cuda.cu"), _trusted_header_dirs())
+            summary, log = _map_build_error(text, tmp, [cpp, cuda])
+            first = summary or (text.strip().splitlines() or ["unknown error"])[0][:300]
             raise CompileError(f"load_inline build of {name!r} failed: {first}", log=log) from None
+        # vetted before the build is published to the cache (a refused build leaves no entry): the files the
+        # compiler read, and the candidate's own objects (not the linked library)
+        native.vet_includes("load_inline", _ninja_deps(tmp), {tmp / "main.cpp", tmp / "cuda.cu"}, tmp)
+        native.vet_objects("load_inline", sorted(tmp.glob("*.o")), "load_inline_cuda" if cuda else "load_inline")
 
     directory, cached = cached_build("load_inline", key, build)
     launches.record_build("load_inline", key, cached, time.perf_counter() - start)
-    so = directory / f"{module_name}.so"
-    allowed = frozenset()
-    if cuda and native.denied_imports(so):  # measure what the CUDA toolchain itself imports, once per toolchain
-        allowed = _toolchain_imports(extra_cuda_cflags, extra_ldflags)
-    # syscall instructions are checked in host builds; CUDA toolchains may link their runtime statically
-    native.vet_binary("load_inline", so, allowed=allowed, check_instructions=not cuda)
     with guards.trusted():
         module = _import_extension(module_name, directory / f"{module_name}.so")
     return TrackedExtension(module, str(name))

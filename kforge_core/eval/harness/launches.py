@@ -44,6 +44,19 @@ def snapshot() -> dict[str, int]:
     return dict(_counts)
 
 
+# Nanoseconds spent inside calls of compiled kernels, never reset (callers read differences): on a target whose kernels
+# are synchronous this is the candidate's own work, the numerator of the custom-kernel share.
+_kernel_ns = [0]
+
+
+def add_kernel_time(ns: int) -> None:
+    _kernel_ns[0] += ns
+
+
+def kernel_ns() -> int:
+    return _kernel_ns[0]
+
+
 builds: list[dict] = []
 
 

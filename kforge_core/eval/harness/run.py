@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from ...errors import CompileError
-from ...platform import get_platform
+from ...platform import TimingIntegrityError, get_platform
 from ..rules import check_candidate
 from ..tolerance import get_policy
-from . import context, guards, launches
+from . import context, guards, launches, work
 from .compare import compare_outputs, describe, flatten, tensors_equal
 from .correctness import check_correctness
 from .loading import CandidateShapeError, candidate_class, check_inputs, clone, import_file, size_overrides, to_device
@@ -91,7 +91,10 @@ def _reference_checks(ref_model, make_inputs, platform) -> tuple[list[str], list
         with torch.no_grad():
             out_a = clone(ref_model(*clone(inputs)))
             out_b = clone(ref_model(*clone(inputs)))
-            out_c = clone(ref_model(*clone(make_inputs(1))))
+            # the ops the reference (and below, the comparison) dispatch: their kernels are watched (guards)
+            inputs1 = make_inputs(1)
+            out_c = clone(guards.record_ops(lambda: ref_model(*clone(inputs1)), guards.watched_ops,
+                                            guards.reference_ops))
         platform.synchronize()
     except ProblemFailure:
         raise
@@ -106,7 +109,8 @@ def _reference_checks(ref_model, make_inputs, platform) -> tuple[list[str], list
         raise ProblemFailure(f"the reference is not deterministic: two runs on the same inputs differ ({c.detail})")
     # degenerate when the output for other inputs would pass as the output for these (equal or within tolerance,
     # e.g. the row sums of a softmax): then a kernel returning a constant passes too
-    if tensors_equal(out_a, out_c) or compare_outputs(out_c, out_a, get_policy("default")).passed:
+    if guards.record_ops(lambda: tensors_equal(out_a, out_c) or
+                         compare_outputs(out_c, out_a, get_policy("default")).passed):
         warnings.append("degenerate problem: the reference's output does not depend on its inputs, so a kernel that "
                         "returns a constant would pass")
     return warnings, inputs, out_a
@@ -198,6 +202,8 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
         return _verdict("rejected", rejected, **base)
     if res.status != "correct":
         return _verdict(res.status, res.reason, **base)
+    checked_share = work.share(res.kernel_ns, res.forward_ns) if platform.synchronous_kernels else None
+    timed_share = profiled_share = None
     if request.get("timing", True):
         try:
             timing = _time(request, ref_model, new_model, make_inputs, platform, timer, state)
@@ -205,11 +211,14 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
             return _verdict("rejected", str(e), **base)
         except TimingFailure as e:
             return _verdict(e.status, e.reason, **base)
+        except TimingIntegrityError as e:
+            return _verdict("rejected", str(e), **base)
         except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
             return _verdict("runtime_error", _describe_exception("timing ModelNew", e, str(cand_path)), **base)
         if "failure" in timing:
             return _verdict(timing["failure"][0], timing["failure"][1], **base)
         base["warnings"].extend(timing.pop("warnings"))
+        timed_share = timing.pop("custom_share_timed", None)
         base.update(timing)
         rejected = _guard_findings(state)
         if rejected:
@@ -221,6 +230,19 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
                 from ..roofline import with_device_time
 
                 base["roofline"] = with_device_time(base["roofline"], prof["per_forward_ms"], platform.cache_bytes())
+    if not platform.synchronous_kernels and platform.has_profiler:
+        # asynchronous launches: only the device's own records say whose kernels did the work
+        prof = base.get("profile") or _profile(platform, new_model, make_inputs) or {}
+        profiled_share = prof.get("custom_share")
+        rejected = _guard_findings(state)
+        if rejected:
+            return _verdict("rejected", rejected, **base)
+    method = "time inside its compiled kernels' calls / forward time (synchronous kernels)" \
+        if platform.synchronous_kernels else "profiled device time of its kernels / all device time of a forward"
+    found = work.summary(checked_share, timed_share, profiled_share,
+                         work.aten_compute(res.aten_ops, guards.reference_ops), method)
+    base["warnings"].extend(found.pop("warnings"))
+    base.update(found)
     return _verdict("correct", res.reason, **base)
 
 
@@ -293,11 +315,14 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
             out["warnings"].append(err)
         state.update(guards.snapshot_state())  # torch.compile is ours; no candidate code ran since the last check
 
+    candidate_calls = [0]
+
     def verify(what: str, inputs, pristine, outputs: dict, launched: dict) -> None:
         """Outside the timed region, after every warm-up and timed call: the candidate's timed behaviour must be
         the checked behaviour (warm-up detection, result caching, lazy outputs, left-behind state)."""
         if "candidate" not in outputs:
             return
+        candidate_calls[0] += 1
         _raise_guard_findings(state, identities=False)
         if launched.get("candidate", 0) == 0:
             raise TimingFailure("rejected", f"ModelNew ran no kernel it compiled in {what} (it skipped its kernels "
@@ -314,8 +339,13 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
                                                  f"warm-up detection, caching or lazy outputs, and one that is "
                                                  f"wrong only on some inputs)")
 
+    kernel_before = launches.kernel_ns()
     summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
     _raise_guard_findings(state)  # the full check (every patched function), once timing is over
+    if platform.synchronous_kernels and candidate_calls[0]:
+        # kernel time per candidate call (warm-ups and timed calls) against the median timed call
+        per_call_ns = (launches.kernel_ns() - kernel_before) / candidate_calls[0]
+        out["custom_share_timed"] = work.share(per_call_ns, summaries["candidate"]["median_ms"] * 1e6)
     out.update({name: summaries.get(name) for name in ("candidate", "eager", "compiled")})
     eager_ms = summaries["eager"]["median_ms"]
     if eager_ms < platform.tiny_problem_ms:
@@ -328,7 +358,26 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
     state.update(guards.snapshot_state())  # lazy imports of ours (flop counter, dynamo) may rebind torch names
     if out["roofline"].get("suspicious"):
         out["warnings"].append(out["roofline"]["suspicious"])
+    below = below_floor(summaries["candidate"], out["roofline"], platform)
+    if below:
+        raise TimingFailure("rejected", below)
     return out
+
+
+# A timed call below this share of the floor fails on accelerators (their ceilings are measured on an idle device;
+# the margin covers the measurement's own noise). On the CPU target, a machine shared with other work measures its
+# ceilings low, so there it stays a warning.
+FLOOR_FAIL_SHARE = 0.8
+
+
+def below_floor(candidate: dict, roof: dict, platform) -> str:
+    """A reason when the fastest timed call beat the hardware floor (moving the problem's bytes at the measured
+    bandwidth, or its FLOPs at the measured rate): a measurement that missed work, not a fast kernel."""
+    floor, fastest = roof.get("floor_ms"), candidate.get("min_ms")
+    if platform.device_type == "cpu" or not floor or fastest is None or fastest >= FLOOR_FAIL_SHARE * floor:
+        return ""
+    return (f"a timed call took {fastest:.4g} ms, below the hardware floor of {floor:.4g} ms ({roof.get('bound')}"
+            f"-bound at measured ceilings): work escaped the timer [rule no-patching]")
 
 
 def _profile(platform, new_model, make_inputs) -> dict | None:

@@ -1,0 +1,120 @@
+"""Unit checks behind the evaluator's detection (issue 21) that need no child process: the native allow-list, the
+compiler-log filter, global native state snapshots, the hardware-floor failure, JSON output and bench's minimum
+custom-kernel share."""
+
+from __future__ import annotations
+
+import json
+import signal
+import types
+
+import pytest
+import torch
+
+from kforge_core.harness import guards, native
+
+
+@pytest.mark.parametrize("symbol, kind, allowed", [
+    ("expf", "cpp", True), ("__expf_finite", "cpp", True), ("memcpy", "cpp", True), ("__memcpy_chk", "cpp", True),
+    ("GOMP_parallel", "cpp", True), ("_Znwm", "cpp", True), ("__cxa_throw", "cpp", True),
+    ("__open_2", "cpp", False), ("__read_chk", "cpp", False), ("pwritev", "cpp", False), ("linkat", "cpp", False),
+    ("mkstemp", "cpp", False), ("dprintf", "cpp", False), ("_Fork", "cpp", False), ("setsid", "cpp", False),
+    ("sigaction", "cpp", False), ("setitimer", "cpp", False), ("timer_create", "cpp", False),
+    ("mallopt", "cpp", False), ("syscall", "cpp", False), ("PyErr_Occurred", "cpp", False),
+    ("PyErr_Occurred", "load_inline", True), ("PyImport_ImportModule", "load_inline", False),
+    ("PyRun_SimpleString", "load_inline", False), ("_ZN2at4_ops10empty_like4callERKNS_6TensorE", "load_inline", True),
+    ("_ZN5torch7Library5_implEPKcONS_11CppFunctionENS0_5_RegE", "load_inline", False),
+    ("_ZN2at7Context18setAllowTF32CuBLASEb", "load_inline", False),
+    ("_ZN2at15set_num_threadsEi", "load_inline", False),
+    ("cudaLaunchKernel", "load_inline_cuda", True), ("cudaLaunchKernel", "load_inline", False),
+    ("open", "load_inline_cuda", False), ("syscall", "load_inline_cuda", False),
+])
+def test_symbol_allow_list(symbol, kind, allowed):
+    assert native.symbol_allowed(symbol, kind) is allowed
+
+
+def test_compiler_log_hides_text_of_other_files():
+    log = ("In file included from kernel.cpp:3:\n"
+           "/etc/secret.txt:1:1: error: 'sk_live_123' does not name a type\n"
+           "    1 | sk_live_123\n      | ^~~~~~~~~~~\n"
+           "kernel.cpp:7:5: error: 'y' was not declared in this scope\n"
+           "    7 |     y = 1;\n")
+    out = native.sanitize_compiler_log(log, ("kernel.cpp",), ("/usr/include",))
+    assert "sk_live_123" not in out
+    assert "secret.txt:1: error in a file other than the kernel (text not shown)" in out
+    assert "kernel.cpp:7:5: error: 'y' was not declared" in out and "    7 |     y = 1;" in out
+
+
+def test_depfile_entries_and_include_vetting(tmp_path):
+    (tmp_path / "kernel.cpp").write_text("")
+    entries = native.depfile_entries("kernel.o: kernel.cpp \\\n /etc/hostname\n")
+    assert entries == ["kernel.cpp", "/etc/hostname"]
+    native.vet_includes("t", ["kernel.cpp"], {tmp_path / "kernel.cpp"}, tmp_path)  # the kernel alone: fine
+    with pytest.raises(guards.GuardViolation, match="not system headers"):
+        native.vet_includes("t", entries, {tmp_path / "kernel.cpp"}, tmp_path)
+    guards.violations.clear()
+
+
+def test_dispatcher_replacement_is_seen():
+    """A kernel registered for an ATen op the reference uses (what TORCH_LIBRARY_IMPL does from C++) changes the
+    dispatcher snapshot."""
+    guards.watched_ops.add("aten::abs")
+    before = guards.snapshot_state()
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        lib.impl("abs", lambda x: torch.zeros_like(x), "CPU")
+        changed = guards.changed_state(before)
+    finally:
+        lib._destroy()
+        guards.watched_ops.discard("aten::abs")
+    assert any("aten::abs" in c for c in changed), changed
+
+
+def test_signal_and_timer_changes_are_seen():
+    before = guards.snapshot_state(identities=False)
+    previous = signal.signal(signal.SIGUSR2, lambda *a: None)
+    try:
+        assert any("signal dispositions" in c for c in guards.changed_state(before, identities=False))
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    signal.setitimer(signal.ITIMER_PROF, 100.0)
+    try:
+        assert "interval timer ITIMER_PROF" in guards.changed_state(before, identities=False)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+    assert guards.changed_state(before, identities=False) == []
+
+
+def test_a_timed_call_below_the_hardware_floor_fails_on_accelerators():
+    from kforge_core.harness.run import below_floor
+
+    roof = {"floor_ms": 0.4, "bound": "memory"}
+    gpu, cpu = types.SimpleNamespace(device_type="cuda"), types.SimpleNamespace(device_type="cpu")
+    assert "below the hardware floor" in below_floor({"min_ms": 0.196}, roof, gpu)
+    assert below_floor({"min_ms": 0.39}, roof, gpu) == ""  # within the measurement's margin
+    assert below_floor({"min_ms": 0.196}, roof, cpu) == ""  # a shared CPU measures its ceilings low: warning only
+    assert below_floor({"min_ms": 0.1}, {"floor_ms": None}, gpu) == ""
+
+
+def test_json_output_has_no_nan_or_infinity(capsys):
+    from kforge_core.cli.common import print_json
+
+    print_json({"status": "incorrect", "max_abs_error": float("nan"), "checks": [{"x": float("-inf")}], "n": 1.5})
+    data = json.loads(capsys.readouterr().out, parse_constant=lambda t: pytest.fail(f"{t} in JSON"))
+    assert data["max_abs_error"] is None and data["checks"][0]["x"] is None and data["n"] == 1.5
+    assert data["non_finite"] == {"max_abs_error": "nan", "checks[0].x": "-inf"}
+
+
+def test_bench_counts_a_candidate_below_the_custom_share_as_not_faster():
+    from kforge_core.bench.metrics import summarize
+    from kforge_core.bench.runner import below_share
+
+    decorative = {"problem": "a", "correct": True, "custom_share": 0.05, "speedup_vs_eager": 3.0,
+                  "speedup_vs_compiled": 2.0}
+    honest = {"problem": "b", "correct": True, "custom_share": 0.9, "speedup_vs_eager": 2.0,
+              "speedup_vs_compiled": 1.5}
+    judged = [below_share(r, 0.5) for r in (decorative, honest)]
+    assert judged[0]["below_custom_share"] and judged[0]["measured_speedup_vs_eager"] == 3.0
+    assert judged[1] is honest and below_share(decorative, None) is decorative
+    summary = summarize(judged)
+    assert summary["fast_p_vs_eager"]["1"] == 0.5 and summary["correct"] == 2
