@@ -118,3 +118,13 @@ def test_bench_counts_a_candidate_below_the_custom_share_as_not_faster():
     assert judged[1] is honest and below_share(decorative, None) is decorative
     summary = summarize(judged)
     assert summary["fast_p_vs_eager"]["1"] == 0.5 and summary["correct"] == 2
+
+
+def test_watchdog_report_is_read_as_a_phase_timeout():
+    from kforge_core.harness import watchdog
+
+    log = (f"candidate output\n{watchdog.MARK} a checked forward call may take 10 s\nTimeout (0:00:10)!\n"
+           f"Thread 0x1 (most recent call first):\n  File \"x.py\", line 3 in forward\n")
+    assert "a checked forward call may take 10 s and ran past it" in watchdog.timeout_reason(log)
+    assert watchdog.timeout_reason("Timeout (0:00:10)!\n") is None  # no phase of ours was running
+    assert watchdog.call_limit_s(0.001) == 10.0 and watchdog.call_limit_s(1.0) == 50.0

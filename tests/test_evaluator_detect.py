@@ -34,6 +34,9 @@ NATIVE = {"native_sigaction": "sigaction", "native_setitimer": "setitimer", "nat
 for _name in VALUES + sorted(variants.NATIVE):
     hostile(_name)
 hostile("inline_library_impl", weight=8)
+HANGS = ["native_infinite_loop"]
+for _name in HANGS:  # a whole-child limit far beyond the per-call one
+    hostile(_name, weight=5, timeout_s=240)
 hostile("nan_output")
 hostile("trivial_kernel_torch_compute", LARGE, weight=2, **QUICK_TIMING)
 case(M, "detect:honest_large", LARGE, HONEST / "swish_newmodel.py", weight=2, **QUICK_TIMING)
@@ -107,3 +110,12 @@ def test_decorative_kernel_shows_a_low_custom_share_and_aten_compute(verdicts):
     assert v.custom_share is not None and honest.custom_share is not None
     assert v.custom_share < 0.2 < honest.custom_share, (v.custom_share, honest.custom_share)
     assert v.custom_share_detail["timed_calls"] is not None
+
+
+@pytest.mark.parametrize("name", HANGS)
+def test_hung_forward_call_is_a_timeout_within_seconds(verdicts, name):
+    """A forward call that never returns (native code holding the GIL, or Python) is a `timeout` once it runs past
+    max(10 s, 50x the reference's forward), not at the whole child's limit (240 s here): the build keeps that."""
+    v = verdicts[f"detect:{name}"]
+    assert_status(v, "timeout", "checked forward call")
+    assert v.wall_s < 120, v.wall_s

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import ProblemError, UsageError
 from ..platform import get_platform
 from ..problem import Problem, ProblemReport
+from .harness import watchdog
 from .sandbox import ChildOutcome, run_child
 from .tolerance import get_policy
 from .verdict import Verdict
@@ -47,6 +48,9 @@ def _outcome_to_verdict(outcome: ChildOutcome, target: str, timeout_s: float) ->
     if outcome.memory_exceeded:
         return Verdict("runtime_error", "the candidate exceeded the evaluation's memory limit and was killed",
                        target, log_tail=log_tail, wall_s=outcome.wall_s)
+    phase = watchdog.timeout_reason(outcome.log) if r is None and outcome.returncode == 1 else None
+    if phase:
+        return Verdict("timeout", phase, target, log_tail=log_tail, wall_s=outcome.wall_s)
     if r is None:
         sig = outcome.signal_name
         if sig:

@@ -7,6 +7,7 @@ from pathlib import Path
 candidate_path: Path | None = None
 candidate_text: str = ""
 request: dict = {}  # the evaluation request (target, size_class, ...), for adapters that re-run the candidate
+call_limit_s: float = 10.0  # how long one forward call of the candidate may take (set from the reference's time)
 
 
 def set_candidate(path: Path) -> None:

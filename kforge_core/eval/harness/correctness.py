@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from . import guards, launches
+from . import context, guards, launches, watchdog
 from .compare import compare_outputs, flatten, tensors_equal
 from .loading import clone, tensor_bytes
 
@@ -107,6 +107,10 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
         platform.synchronize()
         return out
 
+    def run_candidate(inputs):
+        with watchdog.limit(context.call_limit_s, "a checked forward call"):
+            return run(new_model, inputs)
+
     def reference(inputs):
         out = run(ref_model, inputs)
         kept = clone(out)
@@ -120,10 +124,10 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
             # the first call: which ATen ops run inside the candidate's forward (compute of the reference's kind);
             # not counted in the custom-kernel share (the recording slows every ATen op down)
             recorded.append(True)
-            out = guards.record_ops(lambda: run(new_model, inputs), res.aten_ops)
+            out = guards.record_ops(lambda: run_candidate(inputs), res.aten_ops)
         else:
             kernel_before, start = launches.kernel_ns(), _clock()
-            out = run(new_model, inputs)
+            out = run_candidate(inputs)
             res.forward_ns += _clock() - start
             res.kernel_ns += launches.kernel_ns() - kernel_before
         if after_call is not None:

@@ -17,7 +17,7 @@ from ...errors import CompileError
 from ...platform import TimingIntegrityError, get_platform
 from ..rules import check_candidate
 from ..tolerance import get_policy
-from . import context, guards, launches, work
+from . import context, guards, launches, watchdog, work
 from .compare import compare_outputs, describe, flatten, tensors_equal
 from .correctness import check_correctness
 from .loading import CandidateShapeError, candidate_class, check_inputs, clone, import_file, size_overrides, to_device
@@ -90,7 +90,10 @@ def _reference_checks(ref_model, make_inputs, platform) -> tuple[list[str], list
     try:
         with torch.no_grad():
             out_a = clone(ref_model(*clone(inputs)))
+            start = time.perf_counter()
             out_b = clone(ref_model(*clone(inputs)))
+            platform.synchronize()
+            context.call_limit_s = watchdog.call_limit_s(time.perf_counter() - start)
             # the ops the reference (and below, the comparison) dispatch: their kernels are watched (guards)
             inputs1 = make_inputs(1)
             out_c = clone(guards.record_ops(lambda: ref_model(*clone(inputs1)), guards.watched_ops,
@@ -340,7 +343,10 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
                                                  f"wrong only on some inputs)")
 
     kernel_before = launches.kernel_ns()
-    summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
+    # the timing phase: its budget, plus one forward call's limit for each model's slowest call
+    phase_s = 3 * opts.budget_s + len(models) * context.call_limit_s
+    with watchdog.limit(phase_s, "the timing phase"):
+        summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
     _raise_guard_findings(state)  # the full check (every patched function), once timing is over
     if platform.synchronous_kernels and candidate_calls[0]:
         # kernel time per candidate call (warm-ups and timed calls) against the median timed call
