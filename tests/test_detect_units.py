@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from kforge_core.harness import guards, native
+from kforge_core.eval.harness import guards, native
 
 
 @pytest.mark.parametrize("symbol, kind, allowed", [
@@ -86,7 +86,7 @@ def test_signal_and_timer_changes_are_seen():
 
 
 def test_a_timed_call_below_the_hardware_floor_fails_on_accelerators():
-    from kforge_core.harness.run import below_floor
+    from kforge_core.eval.harness.run import below_floor
 
     roof = {"floor_ms": 0.4, "bound": "memory"}
     gpu, cpu = types.SimpleNamespace(device_type="cuda"), types.SimpleNamespace(device_type="cpu")
@@ -121,7 +121,7 @@ def test_bench_counts_a_candidate_below_the_custom_share_as_not_faster():
 
 
 def test_watchdog_report_is_read_as_a_phase_timeout():
-    from kforge_core.harness import watchdog
+    from kforge_core.eval.harness import watchdog
 
     log = (f"candidate output\n{watchdog.MARK} a checked forward call may take 10 s\nTimeout (0:00:10)!\n"
            f"Thread 0x1 (most recent call first):\n  File \"x.py\", line 3 in forward\n")

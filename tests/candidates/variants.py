@@ -51,7 +51,7 @@ PYTHON = {
     "value_torch_sys_private": (
         "torch.sys.modules[...] then a private attribute of what it returns: sys is refused by value, and private "
         "names on every attribute node, not only on chains rooted at an import.",
-        "torch.sys.modules['kforge_core.harness.timing']._clock = lambda: 0", ""),
+        "torch.sys.modules['kforge_core.eval.harness.timing']._clock = lambda: 0", ""),
     "value_builtins_open": ("open() reached as torch.builtins.open (builtins under an allowed name).",
                             "torch.builtins.open('/etc/hostname').read()", ""),
     "value_dataclasses_sys": ("sys reached as an attribute of another allowed module through an alias.",
