@@ -166,6 +166,11 @@ class Platform:
     def profile(self, run: Callable[[], object], trials: int = 5) -> dict:
         raise NotImplementedError(f"platform {self.name} has no profiler adapter")
 
+    def custom_share(self, run: Callable[[], object]) -> float | None:
+        """The share of a forward's profiled time spent in the candidate's own kernels, measured for every verdict
+        on targets whose kernel calls return before the work is done: a short profile, nothing more."""
+        return self.profile(run, trials=3).get("custom_share")
+
     def measure_ceilings(self) -> dict:
         return {}
 

@@ -189,6 +189,20 @@ class GpuPlatform(Platform):
         self._flush_buffer.zero_()  # writing 2x L2 evicts the inputs; the timer synchronizes before its start
 
     def profile(self, run, trials: int = 5) -> dict:
+        from kforge_core.eval.harness import context
+
+        summary, names = self._torch_profile(run, trials)
+        from ._ncu import ncu_profile
+
+        ncu = ncu_profile(self.name, names, getattr(context, "request", {}) or {})
+        if ncu is not None:
+            summary["ncu"] = ncu
+        return summary
+
+    def custom_share(self, run) -> float | None:
+        return self._torch_profile(run, 3)[0].get("custom_share")  # torch.profiler only: no Nsight Compute run
+
+    def _torch_profile(self, run, trials: int) -> tuple[dict, set[str]]:
         from torch.profiler import ProfilerActivity, profile
 
         from kforge_core.eval.harness import context, launches
@@ -207,12 +221,7 @@ class GpuPlatform(Platform):
         if not any(k.get("custom") for k in summary["kernels"]):
             summary["notes"].append("no device kernel matched the candidate's kernel names "
                                     f"({', '.join(sorted(names)) or 'none found'})")
-        from ._ncu import ncu_profile
-
-        ncu = ncu_profile(self.name, names, getattr(context, "request", {}) or {})
-        if ncu is not None:
-            summary["ncu"] = ncu
-        return summary
+        return summary, names
 
     def measure_ceilings(self) -> dict:
         """Device-to-device copy (bytes read + written) and large bf16 / strict-fp32 matmuls; medians of 5 timed with

@@ -181,7 +181,8 @@ _PYBIND_OK = re.compile(
     r"PyBool_Type|PyFloat_Type|PyLong_Type)$")
 # CUDA host code: the runtime API and the stubs nvcc writes (launch configuration, fat binary registration).
 _CUDA_OK = re.compile(r"^(cuda(?!DeviceReset|DeviceSetLimit|Ipc|Profiler|SetDevice|ThreadExit|DeviceSetCacheConfig|"
-                      r"DeviceSetSharedMemConfig|HostRegister)[A-Z]\w*|__cuda(RegisterFatBinary\w*|"
+                      r"DeviceSetSharedMemConfig|HostRegister)[A-Z]\w*|atexit|__cuda(RegisterFatBinary\w*|"
+                      r"RegisterLinkedBinary\w*|"
                       r"UnregisterFatBinary|RegisterFunction|RegisterVar|RegisterManagedVar|PushCallConfiguration|"
                       r"PopCallConfiguration|InitModule)|__nv_\w+|cublas\w+|curand\w+|__fatbinwrap\w*)$")
 _PYTHON_DENIED_PARTS = ("PyRun_", "PyImport_", "Py_CompileString", "PyEval_EvalCode", "PySys_", "PyMarshal_",

@@ -235,8 +235,9 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
                 base["roofline"] = with_device_time(base["roofline"], prof["per_forward_ms"], platform.cache_bytes())
     if not platform.synchronous_kernels and platform.has_profiler:
         # asynchronous launches: only the device's own records say whose kernels did the work
-        prof = base.get("profile") or _profile(platform, new_model, make_inputs) or {}
-        profiled_share = prof.get("custom_share")
+        profiled_share = (base.get("profile") or {}).get("custom_share")
+        if profiled_share is None:
+            profiled_share = _profile(platform, new_model, make_inputs, share_only=True)
         rejected = _guard_findings(state)
         if rejected:
             return _verdict("rejected", rejected, **base)
@@ -386,7 +387,8 @@ def below_floor(candidate: dict, roof: dict, platform) -> str:
             f"-bound at measured ceilings): work escaped the timer [rule no-patching]")
 
 
-def _profile(platform, new_model, make_inputs) -> dict | None:
+def _profile(platform, new_model, make_inputs, share_only: bool = False):
+    """The platform's profile of the candidate (a dict), or with `share_only` just its custom-kernel share."""
     if not platform.has_profiler:
         return None
     inputs = make_inputs(0)
@@ -397,6 +399,6 @@ def _profile(platform, new_model, make_inputs) -> dict | None:
 
     try:
         with guards.trusted():
-            return platform.profile(call)
+            return platform.custom_share(call) if share_only else platform.profile(call)
     except Exception as e:  # noqa: BLE001 - a profiler failure must not cost the verdict
-        return {"error": f"profiler failed: {type(e).__name__}: {e}"}
+        return None if share_only else {"error": f"profiler failed: {type(e).__name__}: {e}"}
