@@ -11,7 +11,7 @@ from .charts import fast_p_figure, speedup_figure
 from .metrics import P_VALUES, summarize
 
 CSV_FIELDS = ("problem", "level", "status", "correct", "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager",
-              "speedup_vs_compiled", "iterations", "run_id", "wall_s", "error")
+              "speedup_vs_compiled", "custom_share", "below_custom_share", "iterations", "run_id", "wall_s", "error")
 
 
 def write_reports(out_dir: Path, records: list[dict], meta: dict) -> dict:
@@ -55,7 +55,8 @@ def render_html(records: list[dict], summary: dict, meta: dict) -> str:
     problem_rows = "".join(
         "<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k in ("problem", "level", "status", "candidate_ms",
                                                              "eager_ms", "compiled_ms", "speedup_vs_eager",
-                                                             "speedup_vs_compiled", "iterations")) +
+                                                             "speedup_vs_compiled", "custom_share",
+                                                             "iterations")) +
         f"<td>{html.escape(str(r.get('error') or ''))[:200]}</td></tr>" for r in records)
     meta_text = " · ".join(f"{html.escape(str(k))}: {html.escape(str(v))}" for k, v in meta.items())
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>KForge benchmark</title>
@@ -69,5 +70,6 @@ fast_p is the share of all problems that are correct and more than p× faster th
 {level_rows}</table>
 {fig_a}{fig_b}
 <h2>Problems</h2><table><tr><th>problem</th><th>level</th><th>status</th><th>candidate ms</th><th>eager ms</th>
-<th>compile ms</th><th>vs eager</th><th>vs compile</th><th>iterations</th><th>error</th></tr>{problem_rows}</table>
+<th>compile ms</th><th>vs eager</th><th>vs compile</th><th>own kernels</th><th>iterations</th><th>error</th></tr>
+{problem_rows}</table>
 </body></html>"""
