@@ -361,7 +361,7 @@ def untrusted():
         _state["trusted"] = saved
 
 
-def snapshot_state(identities: bool = True) -> dict[str, object]:
+def snapshot_state(identities: bool = True, registrations: bool | None = None) -> dict[str, object]:
     """Identities and values a candidate must not change: timers, synchronization, precision settings, global
     interception points, and (unless `identities=False`, the cheap per-call variant) every attribute of torch and
     of the harness by identity."""
@@ -390,7 +390,7 @@ def snapshot_state(identities: bool = True) -> dict[str, object]:
     snap.update(native_state())
     if identities:
         snap.update(_identities(torch))
-        snap.update(_dispatcher(torch))
+        snap.update(_dispatcher(torch, identities if registrations is None else registrations))
     return snap
 
 
@@ -402,9 +402,10 @@ def snapshot_state(identities: bool = True) -> dict[str, object]:
 # The object allow-list (native.py) refuses the symbols that do this; these snapshots back it at run time.
 
 watched_ops: set[str] = set()  # the ATen ops the reference and the comparison ran (recorded by run.py)
-_DISPATCH_KEYS = ("CPU", "CUDA", "MPS", "AutogradCPU", "AutogradCUDA", "CompositeImplicitAutograd",
-                  "CompositeExplicitAutograd")
-_DISPATCH_LINE = re.compile(rf"^({'|'.join(_DISPATCH_KEYS)}): ")
+# registration lists per key (the alias keys hold what TORCH_LIBRARY_IMPL(aten, Autograd, ...) registers)
+_DISPATCH_KEYS = ("CPU", "CUDA", "MPS", "Autograd", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
+_DISPATCH_LINE = re.compile(r"^(CPU|CUDA|MPS|Autograd(CPU|CUDA|MPS)?|CompositeImplicitAutograd|"
+                            r"CompositeExplicitAutograd(NonFunctional)?)(\[alias\])?: ")
 
 
 def native_state() -> dict[str, object]:
@@ -431,15 +432,16 @@ def native_state() -> dict[str, object]:
     return snap
 
 
-def _dispatcher(torch) -> dict[str, object]:
+def _dispatcher(torch, registrations: bool) -> dict[str, object]:
     """Which ATen ops have a kernel for each backend key (a new registration), and the backend kernels of the ops
     the reference and the comparison use (a replaced one: its `registered at` names the extension). Other
-    namespaces are left out: torch's own lazy imports register ops there (fsdp::, c10d_functional::, ...)."""
+    namespaces are left out: torch's own lazy imports register ops there (fsdp::, c10d_functional::, ...).
+    The registration lists cost milliseconds: taken at the phase checks (`registrations`), not after every call."""
     snap: dict[str, object] = {}
-    for key in _DISPATCH_KEYS:
+    for key in _DISPATCH_KEYS if registrations else ():
         found = _read(lambda key=key: torch._C._dispatch_get_registrations_for_dispatch_key(key))
         if found is not _MISSING:
-            snap[f"dispatch:dispatcher registrations for {key}"] = frozenset(n for n in found if n.startswith("aten::"))
+            snap[f"dispatch-reg:dispatcher registrations for {key}"] = frozenset(n for n in found if n.startswith("aten::"))
     for op in sorted(watched_ops):
         dump = _read(lambda op=op: torch._C._dispatch_dump(op))
         if dump is not _MISSING:
@@ -546,19 +548,21 @@ def _identities(torch) -> dict[str, object]:
     return snap
 
 
-def changed_state(before: dict[str, object], identities: bool = True) -> list[str]:
-    after = snapshot_state(identities)
+def changed_state(before: dict[str, object], identities: bool = True, registrations: bool | None = None) -> list[str]:
+    registrations = identities if registrations is None else registrations
+    after = snapshot_state(identities, registrations)
     changed = []
     for k, v in before.items():
-        if k.startswith(("id:", "dispatch:")) and not identities:
+        if k.startswith(("id:", "dispatch:", "dispatch-reg:")) and not identities or \
+                k.startswith("dispatch-reg:") and not registrations:
             continue  # the full check's entries (after import, after each checked call, after timing)
         now = after.get(k, _MISSING)
         if k.startswith("id:"):
             if now is not v and not _rebound_by_import(k, v, now):
                 changed.append(k[3:])
-        elif k.startswith("dispatch:"):
+        elif k.startswith(("dispatch:", "dispatch-reg:")):
             if now != v:
-                changed.append(k[9:])
+                changed.append(k.split(":", 1)[1])
         elif now is not v and now != v:
             changed.append(k)
     return changed

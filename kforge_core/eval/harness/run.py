@@ -125,7 +125,7 @@ def run(request: dict, workdir: Path) -> dict:
     with guards.trusted():
         platform.prepare_child()
     timer = platform.make_timer()  # binds the clock now, before any problem or candidate code exists
-    state = guards.snapshot_state()
+    state = guards.snapshot_state(registrations=False)  # the dispatcher's are taken right before the import
     guards.install()
     try:
         return _run(request, workdir, platform, timer, state)
@@ -188,7 +188,7 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
     seeds = list(range(first_seed, first_seed + int(request.get("seeds", 5))))
     try:
         res = check_correctness(ref_model, new_model, make_inputs, policy, platform, seeds,
-                                after_call=lambda: _raise_guard_findings(state))
+                                after_call=lambda: _raise_guard_findings(state, registrations=False))
     except CompileError as e:
         return _verdict("compile_error", str(e), compile_log=e.log, **base)
     except guards.GuardViolation as e:
@@ -259,11 +259,11 @@ def _copy_matching_weights(ref_model, new_model) -> None:
             new_model.load_state_dict(ref_sd)
 
 
-def _guard_findings(state: dict, identities: bool = True) -> str:
+def _guard_findings(state: dict, identities: bool = True, registrations: bool | None = None) -> str:
     if guards.violations:
         v = guards.violations[0]
         return v if "[rule " in v else f"{v} [rule no-threads / sandbox]"
-    changed = guards.changed_state(state, identities)
+    changed = guards.changed_state(state, identities, registrations)
     if changed:
         more = f" (+{len(changed) - 8} more)" if len(changed) > 8 else ""
         return f"candidate changed {', '.join(changed[:8])}{more} (patched functions, hooks, modes or torch " \
@@ -271,9 +271,9 @@ def _guard_findings(state: dict, identities: bool = True) -> str:
     return ""
 
 
-def _raise_guard_findings(state: dict, identities: bool = True) -> None:
+def _raise_guard_findings(state: dict, identities: bool = True, registrations: bool | None = None) -> None:
     """After each candidate call, before the harness computes anything with torch again."""
-    found = _guard_findings(state, identities)
+    found = _guard_findings(state, identities, registrations)
     if found:
         raise guards.GuardViolation(found)
 
@@ -317,7 +317,8 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
             out["torch_compile_s"] = compile_s
         else:
             out["warnings"].append(err)
-        state.update(guards.snapshot_state())  # torch.compile is ours; no candidate code ran since the last check
+        # torch.compile is ours; no candidate code ran since the last check (the dispatcher registration lists kept)
+        state.update(guards.snapshot_state(registrations=False))
 
     candidate_calls = [0]
 
@@ -362,7 +363,8 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
 
     with guards.trusted():  # FLOP counting imports torch._dynamo lazily, which sets os.environ (audited)
         out["roofline"] = roofline(ref_model, make_inputs(0), summaries["candidate"]["median_ms"], platform)
-    state.update(guards.snapshot_state())  # lazy imports of ours (flop counter, dynamo) may rebind torch names
+    # lazy imports of ours (flop counter, dynamo) may rebind torch names
+    state.update(guards.snapshot_state(registrations=False))
     if out["roofline"].get("suspicious"):
         out["warnings"].append(out["roofline"]["suspicious"])
     below = below_floor(summaries["candidate"], out["roofline"], platform)
