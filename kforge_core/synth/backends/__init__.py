@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from . import cpu as codegen_cpu, emit
+from ..plan import rewrites
 from ..plan.plans import ProgramPlan
 from ..schedule import Schedule
 from ...platform import TargetSpec
@@ -29,9 +30,13 @@ class Backend:
                 marker: str) -> str:
         raise NotImplementedError
 
+    def rewrites(self, sched: Schedule) -> tuple[str, ...]:
+        """The plan rewrites (`plan.rewrites`, by name, in order) this writer's kernels want under `sched`."""
+        return ()
+
     def refine(self, plan: ProgramPlan, sched: Schedule) -> ProgramPlan:
-        """The plan as this writer's kernels will run it (a writer may fold kernels together); by default as is."""
-        return plan
+        """The plan as this writer's kernels will run it: its requested rewrites applied."""
+        return rewrites.apply(plan, self.rewrites(sched))
 
 
 class CppCtypesBackend(Backend):

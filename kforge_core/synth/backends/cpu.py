@@ -12,18 +12,13 @@ Schedule knobs and what they change in the emitted code:
 
 from __future__ import annotations
 
-from .cexprs import RowProgram, cat_lines, flit, half_math, load, node_expr, row_program, store, value_ctype
+from .cexprs import half_math
+from .cfamily import COMMON_FNS, CPP, ERF_TAIL, SCALAR_FNS, CWriter, math_wrappers, row_offset_fn
+from ..plan.passes import RowProgram, row_program
 from ..plan.plans import KernelPlan
 from ..schedule import Schedule
 
-SCALAR_MATH = r"""
-static inline float kf_exp(float x) { return std::exp(x); }
-static inline float kf_log(float x) { return std::log(x); }
-static inline float kf_tanh(float x) { return std::tanh(x); }
-static inline float kf_erf(float x) { return std::erf(x); }
-static inline float kf_log1p(float x) { return std::log1p(x); }
-static inline float kf_expm1(float x) { return std::expm1(x); }
-"""
+SCALAR_MATH = "\n" + math_wrappers(CPP, SCALAR_FNS)
 
 # Cephes-style single-precision approximations (about 1-2 ulp for exp/log, |err| < 2e-7 for erf): straight-line
 # code with selects instead of branches, so `#pragma omp simd` loops vectorize them.
@@ -94,41 +89,12 @@ static inline float kf_erf(float x) {
     p = p * t + 0.254829592f;
     const float r = 1.0f - p * t * kf_exp(-ax * ax);
     // small |x|: Taylor series keeps the relative accuracy the rational form loses near 0
-    const float z = x * x;
-    const float taylor = x * (1.12837916709551257f + z * (-0.376126389031837524f + z * (0.112837916709551257f
-                         + z * -0.0268661706451312522f)));
-    return ax < 0.25f ? taylor : (x < 0.0f ? -r : r);
-}
+""" + ERF_TAIL + r"""
 static inline float kf_log1p(float x) { return std::fabs(x) < 1e-4f ? x * (1.0f - 0.5f * x) : kf_log(1.0f + x); }
 static inline float kf_expm1(float x) { return std::fabs(x) < 1e-5f ? x + 0.5f * x * x : kf_exp(x) - 1.0f; }
 """
 
-COMMON_MATH = r"""
-static inline float kf_fabs(float x) { return std::fabs(x); }
-static inline float kf_sqrt(float x) { return std::sqrt(x); }
-static inline float kf_pow(float a, float b) { return std::pow(a, b); }
-static inline float kf_sin(float x) { return std::sin(x); }
-static inline float kf_cos(float x) { return std::cos(x); }
-static inline float kf_tan(float x) { return std::tan(x); }
-static inline float kf_atan(float x) { return std::atan(x); }
-static inline float kf_sinh(float x) { return std::sinh(x); }
-static inline float kf_cosh(float x) { return std::cosh(x); }
-static inline float kf_asin(float x) { return std::asin(x); }
-static inline float kf_acos(float x) { return std::acos(x); }
-static inline float kf_floor(float x) { return std::floor(x); }
-static inline float kf_ceil(float x) { return std::ceil(x); }
-static inline float kf_rint(float x) { return std::nearbyint(x); }
-static inline float kf_trunc(float x) { return std::trunc(x); }
-static inline int64_t kf_off(int64_t r, const int64_t* shape, const int64_t* st, int nl) {
-    int64_t off = 0;
-    for (int d = nl - 1; d >= 0; --d) {
-        const int64_t n = shape[d];
-        off += (r % n) * st[d];
-        r /= n;
-    }
-    return off;
-}
-"""
+COMMON_MATH = "\n" + math_wrappers(CPP, COMMON_FNS) + row_offset_fn(CPP)
 
 HALF_BITS = r"""
 static inline unsigned int kf_as_uint(float f) { unsigned int b; std::memcpy(&b, &f, 4); return b; }
@@ -179,61 +145,10 @@ def signature(plan: KernelPlan, sched: Schedule) -> list[tuple[str, str]]:
     return params
 
 
-class CEmitter:
-    """The C-like statement writer: per-row pointers and values, row-level nodes. The CUDA writer (and through it
-    the Metal one) extends it."""
+class CppWriter(CWriter):
+    """The C++ dialect of the shared writer, with the OpenMP pragmas of the CPU's loops."""
 
-    def __init__(self, plan: KernelPlan, sched: Schedule):
-        self.plan = plan
-        self.sched = sched
-        self.by = {n.name: n for n in plan.nodes}
-        self.lines: list[str] = []
-        self.general = [s.index for s in plan.slots if s.kind == "tensor" and s.mode == "general"]
-
-    def w(self, depth: int, text: str) -> None:
-        self.lines.append("    " * depth + text)
-
-    @staticmethod
-    def var(name: str) -> str:
-        return "v_" + name.replace(".", "_")
-
-    def operand(self, o, in_loop: bool = False) -> str:
-        if o[0] == "slot":
-            s = self.plan.slots[o[1]]
-            if s.kind == "scalar":
-                return f"s{s.index}"
-            if s.inner == 1:
-                return f"x{s.index}"
-            return f"r{s.index}"
-        if o[0] == "node":
-            return self.var(o[1])
-        if o[0] == "c":
-            return flit(o[1])
-        if o[0] == "cols":
-            return "(float)cols" if not o[1] else f"((float)cols - {flit(o[1])})"
-        raise ValueError(o)
-
-    def offset(self, s) -> str:
-        """Where row r of tensor slot s starts in its operand."""
-        if s.mode == "rowmajor":
-            return "r * cols" if s.inner == 1 else "r"
-        if s.mode == "zero":
-            return "0"
-        nl = self.plan.nl
-        return f"kf_off(r, meta, meta + {nl} + {self.general.index(s.index) * nl}, {nl})"
-
-    def row_setup(self, depth: int) -> None:
-        for s in self.plan.slots:
-            if s.kind != "tensor":
-                continue
-            self.w(depth, f"const {s.ctype}* p{s.index} = a{s.index} + {self.offset(s)};")
-            if s.inner == 0:
-                self.w(depth, f"const {value_ctype(s.ctype)} r{s.index} = {load(s.ctype, f'p{s.index}[0]')};")
-
-    def row_nodes(self, depth: int, names: list[str]) -> None:
-        for name in names:
-            n = self.by[name]
-            self.w(depth, f"const {n.dtype} {self.var(name)} = {node_expr(n, lambda o: self.operand(o, False))};")
+    dialect = CPP
 
     def loop_pragma(self, depth: int, reductions: list[str]) -> None:
         if self.sched.unroll and not self.sched.vectorize:
@@ -250,37 +165,9 @@ class CEmitter:
             simdlen = " simdlen(16)" if self.sched.unroll else ""
             self.w(depth, f"#pragma omp simd{simdlen}{clause}")
 
-    def loop_body(self, depth: int, loop, cache_index: dict) -> None:
-        for si in loop.slots:
-            s = self.plan.slots[si]
-            self.w(depth, f"const {value_ctype(s.ctype)} x{si} = {load(s.ctype, f'p{si}[c]')};")
-        for name in loop.load:
-            self.w(depth, f"const float {self.var(name)} = sc{cache_index[name]}[c];")
-        for name in loop.compute:
-            n = self.by[name]
-            if n.fn == "cat":
-                for dd, text in cat_lines(n, self.plan, self.var, lambda o: self.operand(o, True)):
-                    self.w(depth + dd, text)
-                continue
-            self.w(depth, f"const {n.dtype} {self.var(name)} = {node_expr(n, lambda o: self.operand(o, True))};")
-        for name in loop.store_cache:
-            self.w(depth, f"sc{cache_index[name]}[c] = {self.var(name)};")
-        for r in loop.reds:
-            n = self.by[r]
-            src = self.operand(n.operands[0], True)
-            if n.red["op"] in ("sum", "mean"):
-                self.w(depth, f"acc_{r} += (double){src};")
-            elif n.red["op"] == "max":
-                self.w(depth, f"acc_{r} = {src} > acc_{r} ? {src} : acc_{r};")
-            else:
-                self.w(depth, f"acc_{r} = {src} < acc_{r} ? {src} : acc_{r};")
-        for j in loop.outputs:
-            out = self.plan.outputs[j]
-            self.w(depth, f"q{j}[c] = {store(out.dtype, self.var(out.node))};")
-
 
 def kernel(plan: KernelPlan, sched: Schedule) -> str:
-    e = CEmitter(plan, sched)
+    e = CppWriter(plan, sched)
     params = ", ".join(decl for decl, _ in signature(plan, sched))
     kind = f"row kernel, {plan.npasses} reduction pass(es)" if plan.npasses else "elementwise"
     e.w(0, f"// {plan.label}: {kind}")
@@ -291,16 +178,10 @@ def kernel(plan: KernelPlan, sched: Schedule) -> str:
     else:
         _row_body(e, plan, sched, prog)
     e.w(0, "}")
-    return "\n".join(e.lines) + "\n"
+    return e.text()
 
 
-def _store_row_outputs(e: CEmitter, depth: int, plan: KernelPlan, available: set) -> None:
-    for j, out in enumerate(plan.outputs):
-        if out.level == "R" and out.node in available:
-            e.w(depth, f"o{j}[r] = {store(out.dtype, e.var(out.node))};")
-
-
-def _pointwise_body(e: CEmitter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:
+def _pointwise_body(e: CppWriter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:
     chunk = PW_BLOCK_CHUNK if sched.block else PW_CHUNK
     e.w(1, f"const int64_t CH = {chunk};")
     e.w(1, "const int64_t nch = cols > 0 ? (cols + CH - 1) / CH : 0;")
@@ -311,35 +192,23 @@ def _pointwise_body(e: CEmitter, plan: KernelPlan, sched: Schedule, prog: RowPro
     e.w(2, "const int64_t r = t / nch;")
     e.w(2, "const int64_t c0 = (t - r * nch) * CH;")
     e.w(2, "const int64_t c1 = std::min(cols, c0 + CH);")
-    e.row_setup(2)
-    e.row_nodes(2, prog.row_nodes_by_pass.get(0, []))
-    for j, out in enumerate(plan.outputs):
-        if out.level == "E":
-            e.w(2, f"{out.dtype}* q{j} = o{j} + r * cols;")
+    e.row_begin(2, prog, outputs=False)
+    e.out_pointers(2)
     for loop in prog.loops:
-        e.loop_pragma(2, [])
-        e.w(2, "for (int64_t c = c0; c < c1; ++c) {")
-        e.loop_body(3, loop, {})
-        e.w(2, "}")
-    row_outs = [j for j, o in enumerate(plan.outputs) if o.level == "R"]
-    if row_outs:
-        e.w(2, "if (c0 == 0) {")
-        _store_row_outputs(e, 3, plan, set(prog.row_nodes_by_pass.get(0, [])) | {
-            o.node for o in plan.outputs if o.level == "R"})
-        e.w(2, "}")
+        e.serial_pass(2, loop, prog, lo="c0", hi="c1")
+    e.guarded_row_outputs(2, "c0 == 0")
     e.w(1, "}")
     if any(o.level == "R" for o in plan.outputs):
         # rows with no columns still get their row values
         e.w(1, "if (cols == 0) {")
         e.w(2, "for (int64_t r = 0; r < rows; ++r) {")
-        e.row_setup(3)
-        e.row_nodes(3, prog.row_nodes_by_pass.get(0, []))
-        _store_row_outputs(e, 3, plan, {o.node for o in plan.outputs})
+        e.row_begin(3, prog, outputs=False)
+        e.store_row_outputs(3)
         e.w(2, "}")
         e.w(1, "}")
 
 
-def _row_body(e: CEmitter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:
+def _row_body(e: CppWriter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:
     ncache = len(prog.cached)
     cache_index = {name: i for i, name in enumerate(prog.cached)}
     depth = 1
@@ -359,30 +228,9 @@ def _row_body(e: CEmitter, plan: KernelPlan, sched: Schedule, prog: RowProgram) 
     e.row_setup(d)
     for i in range(ncache):
         e.w(d, f"float* sc{i} = kf_cache.data() + (size_t){i} * (size_t)cols;")
-    for j, out in enumerate(plan.outputs):
-        if out.level == "E":
-            e.w(d, f"{out.dtype}* q{j} = o{j} + r * cols;")
+    e.out_pointers(d)
     e.row_nodes(d, prog.row_nodes_by_pass.get(0, []))
-    for loop in prog.loops:
-        if loop.kind == "pass":
-            for r in loop.reds:
-                op = e.by[r].red["op"]
-                init = {"sum": "double", "mean": "double"}.get(op, "float")
-                val = {"sum": "0.0", "mean": "0.0", "max": "-INFINITY", "min": "INFINITY"}[op]
-                e.w(d, f"{init} acc_{r} = {val};")
-        e.loop_pragma(d, loop.reds)
-        e.w(d, "for (int64_t c = 0; c < cols; ++c) {")
-        e.loop_body(d + 1, loop, cache_index)
-        e.w(d, "}")
-        if loop.kind == "pass":
-            for r in loop.reds:
-                op = e.by[r].red["op"]
-                if op == "mean":
-                    e.w(d, f"const float {e.var(r)} = (float)(acc_{r} / (double)cols);")
-                else:
-                    e.w(d, f"const float {e.var(r)} = (float)acc_{r};")
-            e.row_nodes(d, prog.row_nodes_by_pass.get(loop.index, []))
-    _store_row_outputs(e, d, plan, {o.node for o in plan.outputs})
+    e.serial_row(d, prog, cache_index=cache_index)
     e.w(depth, "}")
     if ncache and sched.parallel:
         e.w(1, "}")

@@ -11,7 +11,8 @@ from __future__ import annotations
 from . import emit
 from . import Backend
 from .cpu import signature as cpu_signature
-from .cexprs import flit, row_program
+from .cexprs import flit
+from ..plan.passes import row_program
 from ..plan.plans import KernelPlan
 from ..schedule import Schedule
 

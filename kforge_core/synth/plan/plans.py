@@ -70,7 +70,10 @@ class KernelPlan:
     label: str
     shape_slots: list[int]  # tensor slots whose broadcast gives S at run time
     traced_cols: int = 0  # the row length at the traced size (run-time rows may differ; the kernels take any)
-    pipeline: dict | None = None  # its row statistics computed in the same launch (cuda_pipeline.Pipeline)
+    pipeline: dict | None = None  # its row statistics computed in the same launch (rewrites.group_norm_pipeline)
+    # {pass: (mean, squares reduction)}: variance passes a writer streaming the row may fold into their mean's
+    # (rewrites.variance_fold)
+    variance_folds: dict = field(default_factory=dict)
 
     @property
     def nl(self) -> int:

@@ -1,78 +1,38 @@
-"""The C-like statement writer of the CUDA kernels, shared with the Metal writer: per-row pointers (strided
-operands' offsets from the host's (n, s) pairs), element bodies, reductions into thread accumulators, and 4-element
-vector loads and stores (float4; bf16/fp16 as 8 bytes widened to a float4, or kept packed in a uint2; 4 bools)."""
+"""The CUDA dialect of the shared C-family writer (`cfamily.CWriter`): row offsets from the host's (n, s) pairs, and
+4-element vector loads and stores (float4; bf16/fp16 as 8 bytes widened to a float4, or kept packed in a uint2;
+4 bools) with the bodies of the loops that use them."""
 
 from __future__ import annotations
 
-from ..cpu import CEmitter
 from .rowcache import VALIGN, VTYPE
-from ..cexprs import cat_lines, load, node_expr, store, value_ctype
-
-# a reduction's identity: what a thread's accumulator starts from
-IDENT = {"sum": "0.0f", "mean": "0.0f", "max": "-INFINITY", "min": "INFINITY"}
+from ..cfamily import CUDA, CWriter
 
 
-class CudaEmitter(CEmitter):
-    fast_offsets = True  # row offsets from the host's kf_fast pairs (see offset_setup); the Metal writer's are not
-    l2_keep = True  # reused operands load with an L2 evict-last hint (CUDA_L2_KEEP); the Metal writer has none
+class CudaWriter(CWriter):
+    dialect = CUDA
 
     def offset_setup(self, d) -> None:
         """Each strided operand's kf_fast pair, read from meta once per thread (meta: row dims, strides, pairs)."""
-        if not self.fast_offsets:
-            return
         base = self.plan.nl * (1 + len(self.general))
         for gi, si in enumerate(self.general):
             self.w(d, f"const long long kn{si} = meta[{base + 2 * gi}], ks{si} = meta[{base + 2 * gi + 1}];")
 
     def offset(self, s) -> str:
-        if s.mode != "general" or not self.fast_offsets:
+        if s.mode != "general":
             return super().offset(s)
         nl, gi = self.plan.nl, self.general.index(s.index)
         return f"kf_off(r, meta, meta + {nl} + {gi * nl}, {nl}, kn{s.index}, ks{s.index})"
 
-    def row_setup(self, d):
-        super().row_setup(d)
-        for j, o in enumerate(self.plan.outputs):
-            if o.level == "E":
-                self.w(d, f"{o.dtype}* q{j} = o{j} + r * cols;")
-
-    def body(self, d, loop, acc_update: bool = True):
-        for si in loop.slots:
-            s = self.plan.slots[si]
-            self.w(d, f"const {value_ctype(s.ctype)} x{si} = {load(s.ctype, f'p{si}[c]')};")
-        for name in loop.compute:
-            n = self.by[name]
-            if n.fn == "cat":
-                for dd, text in cat_lines(n, self.plan, self.var, self.operand):
-                    self.w(d + dd, text)
-                continue
-            self.w(d, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
-        self.reduce(d, loop)
-        for j in loop.outputs:
-            out = self.plan.outputs[j]
-            self.w(d, f"q{j}[c] = {store(out.dtype, self.var(out.node))};")
-
-    squares: dict = {}  # mean reduction -> the reduction of squared deviations folded into its pass
-
-    def reduce(self, d, loop):
-        for r in loop.reds:
-            n = self.by[r]
-            src = self.operand(n.operands[0])
-            op = n.red["op"]
-            if r in self.squares:
-                self.w(d, f"acc_{self.squares[r]} += (double){src} * {src};")
-            if op in ("sum", "mean"):
-                self.w(d, f"acc_{r} += {src};")
-            elif op == "max":
-                self.w(d, f"acc_{r} = {src} > acc_{r} ? {src} : acc_{r};")
-            else:
-                self.w(d, f"acc_{r} = {src} < acc_{r} ? {src} : acc_{r};")
+    def loop_pragma(self, depth: int, reductions: list[str]) -> None:
+        if self.sched.unroll:
+            self.w(depth, "#pragma unroll 4")
 
     def vload(self, si: int, idx: str, packed: bool = False) -> str:
         """The float4 (four row elements from `idx * 4`) of slot `si`: one 16-byte load for float, one 8-byte load
         widened lane by lane for bf16/fp16 (kept as the loaded uint2 when `packed`)."""
         slot = self.plan.slots[si]
-        ctype, keep = slot.ctype, self.l2_keep and slot.reused
+        # reused operands load with an L2 evict-last hint (CUDA_L2_KEEP)
+        ctype, keep = slot.ctype, slot.reused
         if ctype == "float":
             vec = f"reinterpret_cast<const float4*>(p{si})"
             return f"kf_keep_f4({vec} + {idx})" if keep else f"{vec}[{idx}]"
@@ -106,13 +66,7 @@ class CudaEmitter(CEmitter):
                     self.w(d + 1, f"const bool x{si} = X{si}.{lane} != 0;")
                 else:
                     self.w(d + 1, f"const float x{si} = X{si}.{lane};")
-            for name in loop.compute:
-                n = self.by[name]
-                if n.fn == "cat":
-                    for dd, text in cat_lines(n, self.plan, self.var, self.operand, col=f"(c4 * 4 + {i})"):
-                        self.w(d + 1 + dd, text)
-                    continue
-                self.w(d + 1, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
+            self.compute(d + 1, loop, col=f"(c4 * 4 + {i})")
             self.reduce(d + 1, loop)
             for j in loop.outputs:
                 self.w(d + 1, f"Y{j}.{lane} = {self.var(self.plan.outputs[j].node)};")

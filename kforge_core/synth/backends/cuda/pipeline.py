@@ -6,7 +6,7 @@ channel, and an elementwise kernel applying them (and the ops fused after it). O
 elementwise kernel's read misses the L2 cache (the statistics kernel read the whole tensor first), so the tensor
 crosses the memory bus three times (two reads, one write) for a floor of two.
 
-Pipelined, `BLOCKS` blocks an SM take tasks from a global ticket counter, in an order that issues each group's
+Pipelined, `PIPE_BLOCKS` blocks an SM take tasks from a global ticket counter, in an order that issues each group's
 statistics tasks some groups ahead of its elementwise tasks: a statistics task sums x - k and (x - k)^2 (k the
 group's first element, so the variance keeps its digits far from zero) over a chunk of the group; the elementwise
 tasks of group g wait until all of g's chunks are in, combine them (fixed order: the same result every run) and run
@@ -23,28 +23,20 @@ gave 68 %, 78 % and 72 %. Tried and slower: 8192-element tasks (72 %), 32768 (78
 launch bound's 40 or 32 registers spill: 54 %, 38 %); 8 loads in flight (spills, 55 %); prefetching the next
 statistics task into L2 (69 %). A hand-written prototype (a simpler elementwise body, four blocks an SM) reached 86 %.
 
-Applies when the lowering recorded the GroupNorm (`Lowered.pipelines`), the plan holds its statistics kernel (only
-those two outputs) and one elementwise kernel reading x as dense float rows plus the two spread statistics, and
-nothing else reads the statistics: `pipelined` then drops the statistics kernel and the spreading glue, and the
-elementwise kernel takes the statistics as `stat` slots it computes itself.
+The fold itself is the plan rewrite `group_norm_pipeline` (`plan.rewrites`), which the CUDA backend asks for under
+`block_shape` with `vectorize`; this module writes the folded kernel (`KernelPlan.pipeline`) and its launch, both
+from the kernel's schedule (`schedule.kernel_schedule`: the sizes above are its `PIPE_*`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .. import emit
-from .emitter import CudaEmitter
-from ..cexprs import flit, row_program
-from ...lower.graph import Py
-from ...plan.plans import KernelPlan, ProgramPlan
+from .emitter import CudaWriter
+from .schedule import KernelSchedule
+from ..cexprs import flit
+from ...plan.passes import row_program
+from ...plan.plans import KernelPlan
 from ...schedule import Schedule
-
-THREADS = 512
-BLOCKS = 2  # blocks an SM holds (the launch bound caps registers at 64 a thread) and the grid launches
-CHUNK = 16384  # elements per task, statistics and elementwise alike: DEPTH float4 batches of the block
-DEPTH = 4  # float4 loads a thread keeps in flight
-AHEAD = (3, 2)  # statistics run 3/2 windows of concurrent tasks ahead of their elementwise tasks
 
 # device helpers every pipelined kernel of a program shares (the writer adds them once)
 CUDA_PIPE = r"""
@@ -73,64 +65,7 @@ __device__ __forceinline__ void kf_warp_sum2_d(double& a, double& b) {
 """
 
 
-def pipelined(pp: ProgramPlan, sched: Schedule) -> ProgramPlan:
-    """The plan with each recorded GroupNorm's statistics kernel folded into its elementwise kernel, where the
-    structure allows (see the module doc); otherwise the plan itself."""
-    if not (sched.block and sched.vectorize):
-        return pp
-    for desc in pp.lowered.pipelines:
-        if desc.get("kind") == "group_norm":
-            pp = _fold(pp, desc)
-    return pp
-
-
-def _fold(pp: ProgramPlan, desc: dict) -> ProgramPlan:
-    stats = {desc["mean"], desc["rstd"]}
-    spread = {desc["mean_rows"]: "mean", desc["rstd_rows"]: "rstd"}
-    k0 = next((k for k in pp.kernels if k.npasses and {o.node for o in k.outputs} == stats
-               and all(o.level == "R" for o in k.outputs)), None)
-    if k0 is None or stats & set(pp.lowered.output_names) or set(spread) & set(pp.lowered.output_names):
-        return pp
-    k1 = None
-    for k in pp.kernels:
-        if k.npasses or k.nl != 2 or any(o.level != "E" or o.inplace_slot is not None for o in k.outputs):
-            continue
-        by_value = {s.value: s for s in k.slots if s.kind == "tensor"}
-        x = by_value.get(desc["x"])
-        if x is None or x.inner != 1 or x.mode != "rowmajor" or x.ctype != "float" or x.drop:
-            continue
-        if all(v in by_value and by_value[v].inner == 0 and by_value[v].mode == "rowmajor" and not by_value[v].drop
-               for v in spread):
-            k1 = k
-            break
-    if k1 is None:
-        return pp
-    # nothing but k1 may read the spread statistics, and nothing but their glue the statistics themselves
-    for u in pp.units:
-        if u is k0 or u is k1:
-            continue
-        reads = set(u.deps) if isinstance(u, Py) else {s.value for s in u.slots}
-        if reads & set(spread) or (reads & stats and not (isinstance(u, Py) and u.name in spread)):
-            return pp
-    slots = [replace(s, kind="stat") if s.kind == "tensor" and s.value in spread else s for s in k1.slots]
-    stat_idx = {spread[s.value]: s.index for s in slots if s.kind == "stat"}
-    x_idx = next(s.index for s in slots if s.kind == "tensor" and s.value == desc["x"])
-    folded = replace(k1, slots=slots, shape_slots=[i for i in k1.shape_slots if slots[i].kind == "tensor"],
-                     label=f"{k1.label} (statistics pipelined in)",
-                     pipeline={"x": x_idx, "mean": stat_idx["mean"], "rstd": stat_idx["rstd"],
-                               "per_row": int(desc["per_row"]), "eps": float(desc["eps"])})
-    units = []
-    for u in pp.units:
-        if u is k0 or (isinstance(u, Py) and u.name in spread):
-            continue
-        units.append(folded if u is k1 else u)
-    kernels = [u for u in units if isinstance(u, KernelPlan)]
-    for i, kp in enumerate(kernels):
-        kp.name = f"kf_k{i}"
-    return ProgramPlan(units, pp.lowered, kernels)
-
-
-class _PipeEmitter(CudaEmitter):
+class _PipeEmitter(CudaWriter):
     """x is read for the last time here and the output never again: both bypass what the cache should keep."""
 
     def vload(self, si: int, idx: str, packed: bool = False) -> str:
@@ -148,20 +83,20 @@ _EXTRA_PARAMS = ("double* __restrict__ kf_part, int* __restrict__ kf_cnt, long l
                 "long long kf_ahead")
 
 
-def pipeline_kernel(plan: KernelPlan, sched: Schedule, params: str, loop_writer) -> str:
+def pipeline_kernel(plan: KernelPlan, sched: Schedule, ks: KernelSchedule, params: str, loop_writer) -> str:
     """The folded kernel's text (it calls CUDA_PIPE's helpers); `params`: the elementwise kernel's own parameter
     list; `loop_writer`: the CUDA writer's `_cuda_loop`, so the elementwise body is written as unpipelined."""
     pipe = plan.pipeline
     e = _PipeEmitter(plan, sched)
-    xi, eps = pipe["x"], pipe["eps"]
+    xi, eps, depth = pipe["x"], pipe["eps"], ks.batch
     w = e.w
     w(0, f"// {plan.label}")
-    w(0, f'extern "C" __global__ void __launch_bounds__({THREADS}, {BLOCKS}) {plan.name}({params}, '
+    w(0, f'extern "C" __global__ void {ks.bounds_text}{plan.name}({params}, '
          f'{_EXTRA_PARAMS}) {{')
     w(1, "__shared__ int kf_tk[2];")
     w(1, "__shared__ double kf_red[64];")
     w(1, "__shared__ float kf_st[2];")
-    w(1, f"const long long CH = {CHUNK};")
+    w(1, f"const long long CH = {ks.chunk};")
     w(1, "const long long gcols = kf_per * cols;  // a statistics row (group)")
     w(1, "// task arithmetic in 32 bits (the host checks the count fits): 64-bit indices and divisions cost the")
     w(1, "// registers that decide how many blocks an SM holds")
@@ -186,12 +121,12 @@ def pipeline_kernel(plan: KernelPlan, sched: Schedule, params: str, loop_writer)
     w(3, "const float k = px[0];")
     w(3, "double su = 0.0, sq = 0.0;")
     w(3, "if ((gcols & 3) == 0 && (((unsigned long long)px) & 15) == 0) {")
-    w(4, f"// {DEPTH} loads in flight a thread before any is summed: one at a time halves the bandwidth")
-    w(4, f"for (long long c4b = lo / 4 + threadIdx.x; c4b < hi / 4; c4b += {DEPTH} * (long long)blockDim.x) {{")
-    w(5, f"float4 B[{DEPTH}];")
+    w(4, f"// {depth} loads in flight a thread before any is summed: one at a time halves the bandwidth")
+    w(4, f"for (long long c4b = lo / 4 + threadIdx.x; c4b < hi / 4; c4b += {depth} * (long long)blockDim.x) {{")
+    w(5, f"float4 B[{depth}];")
     for part in ("load", "sum"):
         w(5, "#pragma unroll")
-        w(5, f"for (int u = 0; u < {DEPTH}; ++u) {{")
+        w(5, f"for (int u = 0; u < {depth}; ++u) {{")
         w(6, "const long long c4 = c4b + u * (long long)blockDim.x;")
         if part == "load":  # the elementwise tasks read these lines again soon: L2 keeps them
             w(6, "if (c4 < hi / 4) B[u] = kf_keep_f4(reinterpret_cast<const float4*>(px) + c4);")
@@ -255,41 +190,41 @@ def pipeline_kernel(plan: KernelPlan, sched: Schedule, params: str, loop_writer)
     w(3, f"const float r{pipe['rstd']} = kf_st[1];")
     prog = row_program(plan, cache_rows=False)
     e.offset_setup(3)  # here, not at the top: the statistics tasks need none of these registers
-    e.row_setup(3)
-    e.row_nodes(3, prog.row_nodes_by_pass.get(0, []))
+    e.row_begin(3, prog)
     for loop in prog.loops:
-        loop_writer(e, 3, loop, "c0", "c1", "#pragma unroll 4", batch=True, depth=DEPTH)
+        loop_writer(e, 3, loop, "c0", "c1", "#pragma unroll 4", depth=depth)
     w(2, "}")
     w(2, "__syncthreads();  // kf_red, kf_st and this ticket slot are free again")
     w(2, "kf_slot ^= 1;")
     w(1, "}")
     w(0, "}")
-    return "\n".join(e.lines) + "\n"
+    return e.text()
 
 
-def pipeline_launch(plan: KernelPlan, names: dict, signature) -> emit.Launch:
+def pipeline_launch(plan: KernelPlan, names: dict, signature, ks: KernelSchedule) -> emit.Launch:
     """The folded kernel's launch: its elementwise operands as usual, plus the partial sums, the counters (ticket,
     then one per group) and the look-ahead in groups."""
     lines, outs, args = emit.prep_lines(plan, names)
     call = [args[role] for _, role in signature(plan)]
     per = plan.pipeline["per_row"]
     first = f"a{plan.pipeline['x']}"
+    chunk, (ahead, ahead_per) = ks.chunk, ks.ahead
     lines += [f"if rows % {per}:",
               f"    raise ValueError(f'this synthesized GroupNorm expects a multiple of {per} channel rows, got {{rows}}')",
               f"kf_groups = rows // {per}",
-              f"kf_nc = ({per} * cols + {CHUNK - 1}) // {CHUNK}",
-              f"kf_tasks = kf_nc + {per} * ((cols + {CHUNK - 1}) // {CHUNK})  # statistics and elementwise, a group",
-              f"grid = self.kf_sms * {BLOCKS}",
+              f"kf_nc = ({per} * cols + {chunk - 1}) // {chunk}",
+              f"kf_tasks = kf_nc + {per} * ((cols + {chunk - 1}) // {chunk})  # statistics and elementwise, a group",
+              f"grid = self.kf_sms * {ks.blocks_per_sm}",
               # the blocks work on about `grid` tickets at once: a group's statistics must be done when its
               # elementwise tickets come up, so they are issued more than that many tickets ahead
-              f"kf_ahead = max(1, min(kf_groups, {AHEAD[0]} * grid // ({AHEAD[1]} * kf_tasks)))",
+              f"kf_ahead = max(1, min(kf_groups, {ahead} * grid // ({ahead_per} * kf_tasks)))",
               "if kf_groups * kf_tasks >= 2 ** 31:",
               "    raise ValueError(f'tensor too large for the pipelined GroupNorm kernel: {rows} x {cols}')"]
     outs += [f"kf_part = torch.empty(2 * kf_groups * kf_nc, dtype=torch.float64, device={first}.device)",
              f"kf_cnt = torch.zeros(1 + kf_groups, dtype=torch.int32, device={first}.device)"]
-    call_line = (f"self.kf_mod.{plan.name}(grid=(grid,), block=({THREADS},), args=({', '.join(call)}, kf_part, "
+    call_line = (f"self.kf_mod.{plan.name}(grid=(grid,), block=({ks.threads},), args=({', '.join(call)}, kf_part, "
                  f"kf_cnt, {per}, kf_nc, kf_ahead))")
     return emit.Launch(lines, outs, ["if rows and cols:", "    " + call_line])
 
 
-__all__ = ["CUDA_PIPE", "pipelined", "pipeline_kernel", "pipeline_launch"]
+__all__ = ["CUDA_PIPE", "pipeline_kernel", "pipeline_launch"]

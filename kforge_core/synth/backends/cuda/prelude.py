@@ -1,6 +1,8 @@
 """The CUDA C++ device helpers every NVRTC candidate starts with: the `kf_*` math wrappers (`KF_FAST_MATH` picks
 `__expf`), the strided row offset `kf_off`, and the warp- and block-wide reductions the row kernels call."""
 
+from ..cfamily import COMMON_FNS, CUDA, SCALAR_FNS, math_wrappers
+
 # the bit casts `exprs.HALF_MATH` (bf16/fp16 storage) is written over
 # and the hardware conversions (one cvt instead of a dozen integer ops; round to nearest even, as the bit version)
 CUDA_HALF_BITS = r"""
@@ -43,7 +45,7 @@ __device__ __forceinline__ uint2 kf_st4_@T(float4 f) {
 """
 CUDA_HALF_VEC = "\n".join(_HALF_VEC.replace("@T", t).strip() for t in ("bf16", "f16"))
 
-CUDA_PRELUDE = r"""
+_LIMITS = r"""
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
 #endif
@@ -53,28 +55,8 @@ CUDA_PRELUDE = r"""
 #ifdef KF_FAST_MATH
 __device__ __forceinline__ float kf_exp(float x) { return __expf(x); }
 #else
-__device__ __forceinline__ float kf_exp(float x) { return expf(x); }
-#endif
-__device__ __forceinline__ float kf_log(float x) { return logf(x); }
-__device__ __forceinline__ float kf_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ float kf_erf(float x) { return erff(x); }
-__device__ __forceinline__ float kf_log1p(float x) { return log1pf(x); }
-__device__ __forceinline__ float kf_expm1(float x) { return expm1f(x); }
-__device__ __forceinline__ float kf_fabs(float x) { return fabsf(x); }
-__device__ __forceinline__ float kf_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ float kf_pow(float a, float b) { return powf(a, b); }
-__device__ __forceinline__ float kf_sin(float x) { return sinf(x); }
-__device__ __forceinline__ float kf_cos(float x) { return cosf(x); }
-__device__ __forceinline__ float kf_tan(float x) { return tanf(x); }
-__device__ __forceinline__ float kf_atan(float x) { return atanf(x); }
-__device__ __forceinline__ float kf_sinh(float x) { return sinhf(x); }
-__device__ __forceinline__ float kf_cosh(float x) { return coshf(x); }
-__device__ __forceinline__ float kf_asin(float x) { return asinf(x); }
-__device__ __forceinline__ float kf_acos(float x) { return acosf(x); }
-__device__ __forceinline__ float kf_floor(float x) { return floorf(x); }
-__device__ __forceinline__ float kf_ceil(float x) { return ceilf(x); }
-__device__ __forceinline__ float kf_rint(float x) { return rintf(x); }
-__device__ __forceinline__ float kf_trunc(float x) { return truncf(x); }
+"""
+_HELPERS = r"""
 // the offset of row r of an operand with these row dims and strides. The host reduces most layouts to a pair
 // (n, s) (kf_fast in the program's Python): the offset is r * s when n is 0, else (r % n) * s, one division
 // (32-bit when the values fit: a 64-bit division costs tens of instructions); n < 0 divides once per dim. Working
@@ -164,6 +146,8 @@ __device__ double kf_block_sum_d(double v, double* sh, bool warp) {
     return r;
 }
 """
+CUDA_PRELUDE = (_LIMITS + math_wrappers(CUDA, ("exp",)) + "#endif\n" + math_wrappers(CUDA, SCALAR_FNS[1:] + COMMON_FNS)
+                + _HELPERS.lstrip("\n"))
 
 # Loads of an operand that other rows read again (broadcast over a row dim: an attention mask, RoPE tables) ask L2 to
 # keep it ahead of the rows streaming past, which would otherwise evict it between its readers. Masked softmax on an

@@ -1,12 +1,12 @@
 """The CUDA row kernels' register row cache: which operands it holds, how many 4-element vectors a thread keeps of
 each (bf16/fp16 packed), and the largest block a kernel holding them is compiled for and the elements a launch gives
-a thread (the kernel text and its launch must agree on all of them)."""
+a thread (`schedule.kernel_schedule` copies them into the kernel's schedule, which its text and launch read)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cexprs import has_cat, row_program
+from ...plan.passes import has_cat, row_program
 from ...plan.plans import KernelPlan
 from ...schedule import Schedule
 
@@ -39,7 +39,7 @@ def cached_slots(plan: KernelPlan, prog=None) -> list[int] | None:
 
 @dataclass(frozen=True)
 class RowCache:
-    """A block-per-row kernel's register row cache, and the sizes its kernel text and its launch must agree on."""
+    """A block-per-row kernel's register row cache: the decision `kernel_schedule` reads."""
 
     slots: tuple[int, ...]  # the cached operands; empty: rows are streamed
     k: int  # 4-element vectors a thread keeps of each (see `row_cache`)

@@ -16,8 +16,9 @@ with 1024 threads, when the row fits the device's shared memory a block may use.
 
 from __future__ import annotations
 
-from .emitter import CudaEmitter
-from .rowcache import PACKED, RowCache
+from .emitter import CudaWriter
+from .rowcache import PACKED
+from .schedule import KernelSchedule
 from ...plan.plans import KernelPlan
 
 ELEM_BYTES = {"float": 4, "kf_bf16": 2, "kf_f16": 2}
@@ -45,16 +46,16 @@ __device__ __forceinline__ void kf_copy_wait(unsigned long long* bar, unsigned p
 """
 
 
-def copy_setup(e: CudaEmitter, plan: KernelPlan, cache: RowCache, row_slots: list[int], d: int = 1) -> None:
+def copy_setup(e: CudaWriter, plan: KernelPlan, ks: KernelSchedule, row_slots: list[int], d: int = 1) -> None:
     """Declares the copy's shared memory and barrier, decides `kf_tma` and starts the copy of the block's first row."""
-    si = cache.slots[0]
+    si = ks.cached[0]
     nbytes = ELEM_BYTES[plan.slots[si].ctype]
     e.w(d, "extern __shared__ __align__(128) unsigned char kf_nx[];")
     e.w(d, "#if __CUDA_ARCH__ >= 900")
     e.w(d, "__shared__ __align__(8) unsigned long long kf_bar;")
     e.w(d, "unsigned kf_phase = 0;")
     # the copy engine moves multiples of 16 bytes between 16-byte aligned addresses
-    conds = ["(cols & 3) == 0", f"cols <= {4 * cache.k} * (long long)blockDim.x",
+    conds = ["(cols & 3) == 0", f"cols <= {4 * ks.k} * (long long)blockDim.x",
              f"kf_dyn_smem() >= cols * {nbytes}", f"((cols * {nbytes}) & 15) == 0",
              f"(((unsigned long long)a{si}) & 15) == 0"]
     conds += [e.aligned(f"a{i}", plan.slots[i].ctype) for i in row_slots if i != si]
@@ -75,17 +76,17 @@ def copy_setup(e: CudaEmitter, plan: KernelPlan, cache: RowCache, row_slots: lis
     e.w(d, "#endif")
 
 
-def copy_load(e: CudaEmitter, plan: KernelPlan, cache: RowCache, d: int) -> None:
+def copy_load(e: CudaWriter, plan: KernelPlan, ks: KernelSchedule, d: int) -> None:
     """The cached operand's row from shared memory (after waiting for its copy), then the next row's copy started
     once every thread has read this one; without the copy, from memory."""
-    si = cache.slots[0]
+    si = ks.cached[0]
     vtype = PACKED.get(plan.slots[si].ctype, "float4")
     nbytes = ELEM_BYTES[plan.slots[si].ctype]
     e.w(d, "if (kf_tma) {")
     e.w(d, "#if __CUDA_ARCH__ >= 900")
     e.w(d + 1, "kf_copy_wait(&kf_bar, kf_phase);")
     e.w(d + 1, "kf_phase ^= 1;")
-    cache_loads(e, d + 1, cache, lambda _, c4: f"reinterpret_cast<const {vtype}*>(kf_nx)[{c4}]")
+    cache_loads(e, d + 1, ks, lambda _, c4: f"reinterpret_cast<const {vtype}*>(kf_nx)[{c4}]")
     e.w(d + 1, "__syncthreads();  // every thread has its part of the row: the buffer takes the next one")
     e.w(d + 1, "if (threadIdx.x == 0 && r + gridDim.x < rows) {")
     e.w(d + 2, 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
@@ -93,17 +94,27 @@ def copy_load(e: CudaEmitter, plan: KernelPlan, cache: RowCache, d: int) -> None
     e.w(d + 1, "}")
     e.w(d, "#endif")
     e.w(d, "} else {")
-    cache_loads(e, d + 1, cache, lambda i, c4: e.vload(i, c4, packed=plan.slots[i].ctype in PACKED))
+    cache_loads(e, d + 1, ks, lambda i, c4: e.vload(i, c4, packed=plan.slots[i].ctype in PACKED))
     e.w(d, "}")
 
 
-def cache_loads(e: CudaEmitter, d: int, cache: RowCache, vector) -> None:
+def cache_loads(e: CudaWriter, d: int, ks: KernelSchedule, vector) -> None:
     """Fills each cached operand's registers: `vector(slot, c4)` is the slot's 4-element vector at index c4."""
+
+    def fill(dd):
+        for si in ks.cached:
+            e.w(dd, f"C{si}[k] = {vector(si, 'c4')};")
+
+    cache_loop(e, d, ks, fill)
+
+
+def cache_loop(e: CudaWriter, d: int, ks: KernelSchedule, inner) -> None:
+    """A loop over this thread's k vectors of the cached row, at c4 (the vector's index in the row); `inner(depth)`
+    writes its body."""
     e.w(d, "#pragma unroll")
-    e.w(d, f"for (int k = 0; k < {cache.k}; ++k) {{")
+    e.w(d, f"for (int k = 0; k < {ks.k}; ++k) {{")
     e.w(d + 1, "const long long c4 = threadIdx.x + k * (long long)blockDim.x;")
     e.w(d + 1, "if (c4 < cols / 4) {")
-    for si in cache.slots:
-        e.w(d + 2, f"C{si}[k] = {vector(si, 'c4')};")
+    inner(d + 2)
     e.w(d + 1, "}")
     e.w(d, "}")
