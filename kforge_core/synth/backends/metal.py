@@ -8,7 +8,7 @@ Metal sources are checked by that platform's pure-Python signature parser in the
 from __future__ import annotations
 
 from . import emit
-from . import Backend
+from .base import Backend
 from .cpu import signature as cpu_signature
 from .cfamily import COMMON_FNS, ERF_TAIL, IDENT, METAL, CWriter, math_wrappers, row_offset_fn
 from ..plan.passes import row_program

@@ -9,7 +9,7 @@ loops over the row in blocks; `block_shape` uses 4x larger blocks and 8 warps; `
 from __future__ import annotations
 
 from . import emit
-from . import Backend
+from .base import Backend
 from .cpu import signature as cpu_signature
 from .cexprs import flit
 from ..plan.passes import row_program

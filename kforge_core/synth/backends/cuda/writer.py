@@ -26,7 +26,7 @@ The statements come from the shared C-family writer (`cfamily`) in its CUDA dial
 from __future__ import annotations
 
 from .. import emit
-from .. import Backend
+from ..base import Backend
 from ..cpu import signature as cpu_signature
 from .emitter import CudaWriter
 from .launch import cuda_launch_lines
