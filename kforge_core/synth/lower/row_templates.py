@@ -51,8 +51,7 @@ def _softmax(r: RowOp, b: dict, x: tuple, out: Value) -> None:
     if r.cname == "softmax":
         # one division per row, a multiply per element: the sum is at least 1 (it holds exp(0)), so 1/sum neither
         # overflows nor underflows, and x * (1/sum) is within about 1.5 ulps of x / sum. A float division is about
-        # ten instructions on a GPU; softmax over 32768-wide rows went from 67 to 77 % of the measured bandwidth on
-        # an H200
+        # ten instructions on a GPU (docs/PERF_NOTES.md)
         inv = r.pw("div", [("c", 1.0), s], shape=r.shape(s))
         r.pw("mul", [e, inv], nm=r.name)
     else:

@@ -94,8 +94,8 @@ def variance_fold(pp: ProgramPlan) -> ProgramPlan:
     after its mean's pass. A thread streaming a long row can instead sum u and u^2 in one pass, in double, and take
     var = E[u^2] - E[u]^2: the cancellation loses about log10(mean^2 / var) of double's 16 digits, far inside the
     fp32 tolerance (a float sum would lose them from fp32's 7). So this is an annotation a writer may honour where
-    its sums are double (the CUDA writer's streaming passes: GroupNorm, rows of 262144 on the gallery's sizes, read
-    its input twice instead of three times, 2.38 -> 1.71 ms on an H200), not a change every writer must make."""
+    its sums are double (the CUDA writer's streaming passes: GroupNorm then reads its input twice instead of three
+    times; docs/PERF_NOTES.md), not a change every writer must make."""
     swap = {}
     for k in pp.kernels:
         folds = _variance_passes(k) if k.npasses >= 2 else {}

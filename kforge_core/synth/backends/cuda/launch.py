@@ -26,8 +26,8 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, signature, ks: KernelSchedu
         lines.append(f"tx = min({threads}, max({least}, 1 << max(0, (cols + {per - 1}) // {per} - 1).bit_length()))")
         lines.append(f"ty = {threads} // tx")
         lines.append(f"tasks = ((rows + ty - 1) // ty) * ((cols + {chunk - 1}) // {chunk})")
-        # rows of at least a chunk: one block per task (the block scheduler streams them, measured 3-6 % faster on an
-        # H200 than a grid-stride loop); short rows: a grid-stride loop, which keeps each block's row setup warm
+        # rows of at least a chunk: one block per task (the block scheduler streams them, faster than a grid-stride
+        # loop); short rows: a grid-stride loop, which keeps each block's row setup warm
         lines.append(f"grid = max(1, min(tasks, {2**31 - 1} if cols >= {chunk} else self.kf_sms * {4096 // threads}))")
         block = "(tx, ty)"
     elif ks.shape == "block_rows":

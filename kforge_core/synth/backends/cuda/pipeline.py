@@ -16,12 +16,8 @@ statistics tasks of smaller tickets, which running blocks took and finish withou
 resident. The look-ahead is 3/2 of the tickets in progress at once (about `grid`), rounded down: less and
 elementwise tasks wait, more and the re-read lines no longer fit the L2.
 
-Measured on an H100 (kernel time, cold L2, 64x512x128x128 fp32 GroupNorm+SiLU; a same-size copy 1.421 ms): two
-kernels 2.224 ms (64 % of the copy's bandwidth); pipelined 1.766 ms (80 %) with 512-thread blocks, two an SM,
-16384-element tasks, 4 float4 loads in flight a thread and a look-ahead of 12 groups of 1 MiB; 8, 13 and 16 groups
-gave 68 %, 78 % and 72 %. Tried and slower: 8192-element tasks (72 %), 32768 (78 %); three or four blocks an SM (the
-launch bound's 40 or 32 registers spill: 54 %, 38 %); 8 loads in flight (spills, 55 %); prefetching the next
-statistics task into L2 (69 %). A hand-written prototype (a simpler elementwise body, four blocks an SM) reached 86 %.
+The sizes (512-thread blocks, two an SM, 16384-element tasks, 4 float4 loads in flight, the look-ahead) are the
+fastest of those tried on an H100; the measurements and what was slower are in docs/PERF_NOTES.md.
 
 The fold itself is the plan rewrite `group_norm_pipeline` (`plan.rewrites`), which the CUDA backend asks for under
 `block_shape` with `vectorize`; this module writes the folded kernel (`KernelPlan.pipeline`) and its launch, both

@@ -51,10 +51,8 @@ class RowCache:
         """The most threads the kernel is compiled for (`__launch_bounds__`) and launched with.
 
         1024 caps a thread at 64 registers. A cache of two or more operands (32 floats a thread) plus the operands
-        streamed in the last pass does not always fit in them: add+LayerNorm spilled (64 bytes a thread, 4e7 local
-        requests) and ran at 77 % of the measured bandwidth on an H200; compiled for 512 (80 registers, no spill)
-        it ran at 94 %. A single cached operand fits 64 registers, and more registers cost it occupancy (LayerNorm
-        90 -> 84 %)."""
+        streamed in the last pass does not always fit in them (add+LayerNorm spilled), so such kernels are compiled for
+        512. A single cached operand fits 64 registers, and more registers cost it occupancy (docs/PERF_NOTES.md)."""
         return 512 if len(self.slots) >= 2 else 1024
 
     @property
@@ -71,15 +69,12 @@ def row_cache(plan: KernelPlan, sched: Schedule, prog=None) -> RowCache:
 
     k: the launch gives a thread about 16 elements of the row (up to 1024 threads), so 4 vectors hold any row of up
     to 16384; only a single operand of longer traced rows gets 8 (softmax over 32768). The array's size is the
-    registers the compiler reserves, used or not: RMSNorm+SiLU gate over 4096-wide rows spilled with 8 (64
-    registers, 24 bytes of local memory) and ran at 79 % of the measured bandwidth on an H200, at 89 % with 4 (62
-    registers, no spill). Longer run-time rows take the streaming path.
+    registers the compiler reserves, used or not, so a deeper cache than the row needs spills (docs/PERF_NOTES.md).
+    Longer run-time rows take the streaming path.
 
     A cache of only bf16/fp16 operands is packed, half the registers a vector, so it holds twice as many and the
-    launch gives a thread twice the elements: bf16 add+RMSNorm over 8192-wide rows, 8 packed vectors of each operand
-    in 256-thread blocks, ran at 92 % of the measured bandwidth on an H200 (kernel 1.848 -> 1.633 ms), against 82 %
-    with 4 widened ones in 512-thread blocks (and 82 % with 4 packed: the registers saved, left unused, buy
-    nothing).
+    launch gives a thread twice the elements (the registers saved, left unused, would buy nothing:
+    docs/PERF_NOTES.md).
 
     copy: a single cached operand whose rows, like every row operand's, are dense (or the same for every row) has
     its next row copied into shared memory while the block works on the current one (`cuda_rowcopy`)."""

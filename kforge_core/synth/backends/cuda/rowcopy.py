@@ -3,9 +3,7 @@ register row cache holds a single operand asks the copy engine (`cp.async.bulk`,
 mbarrier) for its next row as soon as this row is in registers, so the row's reads from memory overlap the
 reductions and stores of the row before it.
 
-Measured on an H200 (kernel time, 16384 rows of 32768 fp32, one 1024-thread block an SM): softmax 1.317 -> 1.100 ms
-(77 -> 92 % of the measured copy bandwidth), log-softmax 1.312 -> 1.100, standardize 1.175 -> 1.122; all three
-with one block per SM walking its rows (a grid of more blocks than fit was 3 % slower).
+One block per SM walks its rows (a grid of more blocks than fit was slower; measurements in docs/PERF_NOTES.md).
 
 The kernel decides at its start, for all its rows at once, whether it copies (`kf_tma`): the launch gave it the
 row's bytes of dynamic shared memory, the row length is a multiple of 4 and fits the cache, a row is a multiple of

@@ -48,8 +48,7 @@ def kernel_schedule(plan: KernelPlan, sched: Schedule) -> KernelSchedule:
     if not plan.npasses:
         full = sched.block and sched.unroll and sched.vectorize
         # batched elementwise kernels launch 64: at least 10 blocks an SM (96 registers a thread) keep enough loads
-        # in flight (rotary embedding, 3 operands and a cat: 109 registers, 25 % occupancy, 69 % of the measured
-        # bandwidth on an H200; 96 registers: 74 %; capping at 64 or 80 spills and costs more)
+        # in flight (fewer registers spill, more cost occupancy: docs/PERF_NOTES.md)
         return KernelSchedule("elementwise", 64 if full else 256, (64, 10) if full else (), chunk=_chunk(plan, sched),
                               batch=UNROLL if sched.unroll and sched.vectorize else 0)
     cache = row_cache(plan, sched)
@@ -65,11 +64,8 @@ def kernel_schedule(plan: KernelPlan, sched: Schedule) -> KernelSchedule:
 
 def _chunk(plan: KernelPlan, sched: Schedule) -> int:
     """Columns per elementwise task: one batch of the block (64 threads x UNROLL float4s) under `unroll`, four when
-    each task first reads per-row values (a normalization's statistics, per-channel parameters). Measured on an H200
-    (kernel time): relu over 16384x32768 fp32, 64 threads with 1024-element chunks 1.011 ms, as fast as eager and
-    torch.compile (1.011), 256 threads with 8192-element chunks (four batches each) 1.056 ms; GroupNorm+SiLU's
-    normalizing kernel (four per-row values, two of them through strided offsets, rows of 16384) took the forward
-    from 1.81 to 1.63 ms with 4096-element chunks. Elementwise threads: 64 under `unroll` (4 vectors in flight per
+    each task first reads per-row values (a normalization's statistics, per-channel parameters), so those reads are
+    paid over more elements (docs/PERF_NOTES.md). Elementwise threads: 64 under `unroll` (4 vectors in flight per
     thread and operand: one batch covers a 1024-element chunk, and 32 such blocks fill an SM), else 256."""
     if sched.block and sched.unroll and sched.vectorize:
         return 64 * 4 * UNROLL * (4 if plan.row_slots else 1)

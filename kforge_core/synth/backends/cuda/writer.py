@@ -131,10 +131,9 @@ def _stagger(e: CudaWriter, k: int, copy: bool) -> None:
     """Odd blocks start a little late when a block of 1024 threads holds whole rows in registers, alone on its SM.
 
     Such blocks otherwise move through their rows in lockstep, so every SM reads its rows, then every SM writes its
-    results, at the same time. Log-softmax over 32768-wide rows ran at 71 % of the measured bandwidth on an H200;
-    with odd blocks delayed by about the time an SM takes to read half a row (cols / 16 ns) it ran at 77 % (kernel
-    1.425 -> 1.303 ms), as softmax already did (its exps space out the stores). Softmax, standardize and LayerNorm
-    were unchanged (within 0.5 %). The delay is paid once a block, so only launches of several rows a block get it;
+    results, at the same time. Odd blocks are delayed by about the time an SM takes to read half a row (cols / 16 ns),
+    which spaces the reads and writes out as softmax's exps already do (docs/PERF_NOTES.md). The delay is paid once
+    a block, so only launches of several rows a block get it;
     a kernel copying its next row (`copy`: `kf_tma`) needs none (the copies keep every SM reading).
     """
     e.w(1, "#if __CUDA_ARCH__ >= 700")
@@ -151,7 +150,7 @@ def _row_passes(e: CudaWriter, d: int, prog, loop_writer, sum_t: str = "double")
     Sums are reduced across the block in double: a float sum of a 32768-element row can differ from PyTorch's by
     more than the fp32 tolerance on some rows, a double one only by PyTorch's own rounding. Each thread's own
     partial sum is a `sum_t`: float over the at most 32 elements a thread holds in the register row cache (a
-    float-to-double conversion and double add per element cost up to 18 % on an H200: logsumexp 1.30 -> 1.07 ms),
+    float-to-double conversion and double add per element costs measurable time there: docs/PERF_NOTES.md),
     double when a thread streams a long row. Streaming a row, a variance's pass is folded into its mean's where the
     plan rewrite `variance_fold` marked it (`plan.variance_folds`; rows held in the register cache keep the two
     passes: they cost no memory traffic there, and the per-thread sums are float)."""
@@ -209,11 +208,11 @@ def _cuda_loop(e: CudaWriter, d: int, loop, lo: str, hi: str, unroll: str | None
     """A block-stride loop over [lo, hi); with `vectorize`, a 4-element path when the row's pointers allow it.
 
     Reduction passes take the vector path too: one 4-byte load in flight per thread leaves a reduction at about
-    half of the measured bandwidth on an H200 (57 % for a row max), 16-byte loads keep enough bytes in flight.
+    half of the measured bandwidth, 16-byte loads keep enough bytes in flight.
     With a `depth` (elementwise kernels under `unroll`: the schedule's `batch`), the vector path loads `depth`
     vectors per operand before computing any, so each thread keeps that many loads in flight. Row kernels do not
     batch: their arrays would add to the register row cache's in one kernel capped at 64 registers a thread
-    (1024-thread blocks), and the spills cost more than the batching gains (LayerNorm 1.12 -> 3.19 ms on an H200)."""
+    (1024-thread blocks), and the spills cost more than the batching gains (docs/PERF_NOTES.md)."""
     cond = e.vec4_ok(loop) if e.sched.vectorize else ""
     if cond:
         e.w(d, f"if ({cond}) {{")
