@@ -79,10 +79,6 @@ class ChatResult:
     def truncated(self) -> bool:
         return self.finish_reason == "length"
 
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
 
 @dataclass(frozen=True)
 class RetryEvent:

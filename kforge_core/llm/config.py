@@ -114,10 +114,6 @@ class LLMConfig:
         return self.api_key or PLACEHOLDER_API_KEY
 
     @property
-    def has_api_key(self) -> bool:
-        return bool(self.api_key)
-
-    @property
     def is_configured(self) -> bool:
         """An endpoint counts as configured when we know where to go (base_url) or have a key for the default."""
         return bool(self.base_url or self.api_key)

@@ -79,7 +79,7 @@ def after_attempts(attempts: int) -> str:
 
 
 def translate(err: openai.OpenAIError, ctx: CallContext, attempts: int) -> Failure:
-    ep, model = ctx.endpoint, ctx.model
+    ep = ctx.endpoint
     common = dict(endpoint=ep, attempts=attempts)
 
     if isinstance(err, openai.APITimeoutError):

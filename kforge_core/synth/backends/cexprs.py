@@ -200,8 +200,3 @@ def cat_lines(n: KNode, plan: KernelPlan, var, operand, col: str = "c") -> list[
     out.append((0, "}"))
     return out
 
-
-def describe_plan(plan: KernelPlan) -> str:
-    kind = f"{plan.npasses} reduction pass{'es' if plan.npasses != 1 else ''} + write pass" if plan.npasses \
-        else "elementwise"
-    return f"{plan.name}: {plan.label} ({kind}; rows x cols over the last {plan.k} of {plan.rank} dims)"

@@ -29,10 +29,6 @@ class Slot:
     piece_w: int | None = None  # read by a `cat` piece: rows of this width, at column c - lo of the piece
     reused: bool = False  # a row operand broadcast over a row dim: other rows read the same elements again
 
-    @property
-    def is_row_level(self) -> bool:
-        return self.kind == "scalar" or self.inner == 0
-
 
 @dataclass
 class KNode:
@@ -83,13 +79,6 @@ class KernelPlan:
     def row_slots(self) -> list[int]:
         """Tensor slots holding one value per row (loaded once per row, before the row's loops)."""
         return [s.index for s in self.slots if s.kind == "tensor" and s.inner == 0]
-
-    @property
-    def has_reduction(self) -> bool:
-        return self.npasses > 0
-
-    def slot_for(self, value: str, drop: bool) -> Slot:
-        return next(s for s in self.slots if s.value == value and s.drop == drop)
 
 
 @dataclass
