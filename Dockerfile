@@ -1,16 +1,22 @@
-# KForge app image: the Streamlit app and the synthesis workers it starts, on a CUDA-capable PyTorch base.
+# KForge app image: the Streamlit app and the synthesis workers it starts, with the torch version everything is
+# tested on (requirements.txt pins torch==2.13.0).
 #
 #   docker build -t kforge .
-#   docker run --gpus all -p 8501:8501 -v kforge-data:/data kforge          # then open http://localhost:8501
+#   docker run --gpus all -p 127.0.0.1:8501:8501 -v kforge-data:/data kforge      # then open http://localhost:8501
 #
-# Inside the container the app binds 0.0.0.0 (so the published port reaches it); outside, `-p 8501:8501` publishes
-# it on every interface of the host: use `-p 127.0.0.1:8501:8501` to keep it local. The app starts processes that
-# compile and run generated code: do not expose it to a network you do not trust.
+# Inside the container the app binds 0.0.0.0 (so the published port reaches it); `-p 127.0.0.1:8501:8501` keeps it
+# on the host's loopback. The app starts processes that compile and run generated code: do not expose it to a
+# network you do not trust.
 #
-# The runtime base has NVRTC (the CUDA target's default compiler) and Triton; KernelBench-style `load_inline`
-# candidates need nvcc: build with --build-arg BASE_IMAGE=pytorch/pytorch:2.9.0-cuda12.8-cudnn9-devel.
-ARG BASE_IMAGE=pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime
+# torch comes from PyPI, whose Linux wheel is the CUDA build: it brings NVRTC (the CUDA target's default compiler)
+# and Triton, but not nvcc, so KernelBench-style `load_inline` CUDA candidates cannot build in this image (they get
+# a compile_error). For nvcc, build on a CUDA devel image that has Python 3.11+, e.g.
+#   --build-arg BASE_IMAGE=pytorch/pytorch:2.9.0-cuda12.8-cudnn9-devel      (torch is then upgraded to 2.13.0)
+# For a CPU-only image (no GPU on the host; ~1 GB instead of several):
+#   --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE}
+ARG TORCH_INDEX=""
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -18,22 +24,24 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# g++: the CPU target's compiler (and Triton's launcher stubs); curl: the health check.
+# g++: the CPU target's compiler (and Triton's launcher stubs); curl: the health check; tini: PID 1, which reaps the
+# worker and evaluation processes the app starts (without an init, finished workers stay zombies).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends g++ curl \
+    && apt-get install -y --no-install-recommends g++ curl tini \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/kforge
 COPY requirements.txt .
-# torch comes with the base image (a CUDA build); requirements.txt pins the CPU build the CI machines use.
-RUN grep -vE '^\s*torch\s*([=<>~!]|$)' requirements.txt > /tmp/requirements-app.txt \
-    && pip install -r /tmp/requirements-app.txt \
-    && rm /tmp/requirements-app.txt
+RUN if [ -n "$TORCH_INDEX" ]; then pip install --index-url "$TORCH_INDEX" torch==2.13.0; fi \
+    && pip install -r requirements.txt
 
 RUN useradd --create-home --uid 1000 --shell /usr/sbin/nologin kforge \
     && mkdir -p /data \
     && chown kforge:kforge /data
-COPY --chown=kforge:kforge . .
+# The sources stay owned by root and read-only to the user that runs generated code: a candidate cannot rewrite the
+# harness, the rules or the app. Everything the app writes goes to /data.
+COPY . .
+RUN chmod -R a-w,a+rX /opt/kforge
 
 USER kforge
 # Runs, worker logs, uploaded screenshots, build and ceilings caches, settings: all under the /data volume.
@@ -47,5 +55,6 @@ EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD curl -fsS http://127.0.0.1:8501/_stcore/health || exit 1
 
+ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["python", "-m", "streamlit", "run", "app/main.py", "--server.address=0.0.0.0", "--server.port=8501", \
      "--server.headless=true", "--browser.gatherUsageStats=false"]

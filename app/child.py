@@ -59,7 +59,22 @@ def _validate(request: dict) -> dict:
     problem = load_problem(text=request["source"], name=request.get("name"))
     report = validate_problem(problem, request["target"], timeout_s=float(request.get("timeout_s", 120)),
                               size_class=request.get("size_class"))
-    return report.to_dict()
+    out = report.to_dict()
+    if request.get("builtin"):
+        out["builtin"] = _builtin_coverage(problem, request["target"], request.get("size_class"))
+    return out
+
+
+def _builtin_coverage(problem, target: str, size_class: str | None) -> dict:
+    """What the built-in synthesizer writes for this problem on `target` (its first candidate: what it covers and
+    what stays in PyTorch), or why it cannot write one, so the form can say so before a run starts."""
+    from kforge_core.agents.builtin import BuiltinGenerationAgent
+
+    agent = BuiltinGenerationAgent(size_class=size_class or "auto")
+    result = agent.synthesize(problem.source, target, problem_name=problem.name)
+    if result.program is None:
+        return {"ok": False, "text": result.error or "it wrote no program"}
+    return {"ok": True, "text": result.notes, "kept": agent.last_report.get("kept") or {}}
 
 
 def _ceilings(request: dict) -> dict:

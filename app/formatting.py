@@ -42,7 +42,11 @@ def verdict_badge(status: str | None) -> str:
     return f":{colour}-badge[:material/{icon}: {label}]"
 
 
-def run_badge(status: str | None) -> str:
+def run_badge(status: str | None, best_speedup_vs_eager: float | None = None) -> str:
+    """The run's status as a badge; a succeeded run whose best program is slower than eager PyTorch is not a green
+    success: it reads "correct, but slower than eager"."""
+    if status == "succeeded" and best_speedup_vs_eager is not None and best_speedup_vs_eager < 1.0:
+        return ":orange-badge[:material/slow_motion_video: correct, but slower than eager]"
     label, colour, icon = RUN_STYLE.get(status or "", (status or "?", "gray", "help"))
     return f":{colour}-badge[:material/{icon}: {label}]"
 

@@ -7,6 +7,8 @@ its raw JSON, so a new event kind from the loop is visible before anyone writes 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,9 @@ EMPTY = {
     "Analysis": "No recommendations for this iteration (the analysis agent runs after a profiled, correct program).",
     "Model I/O": "No prompt or model output recorded for this iteration.",
 }
+# kforge_core.loop_types.STOPPED: the reason's start when the run stopped before the iteration got a program (the
+# app reads the store only; importing the loop would pull in the LLM client).
+STOPPED = "stopped before a verdict"
 TAIL_CHARS = 4000  # how much of a stream the "writing now" box shows
 
 
@@ -37,6 +42,17 @@ class RenderContext:
     state: RunState
     kernel_language: str = "cpp"
     compact: bool = False  # the one-line form (activity log) or the tail only (writing box)
+    builtin: bool = False  # the run's agents are the built-in synthesizer (no model is involved)
+
+
+def missing_text(error: str | None, builtin: bool) -> str:
+    """Why an iteration has no program, naming who wrote none: the built-in synthesizer involves no model."""
+    error = error or "no code block found"
+    if error.startswith(STOPPED):
+        return f"No program: {error}"
+    if builtin:
+        return f"The built-in synthesizer wrote no program: {error}"
+    return f"No program in the model's reply: {error}"
 
 
 @dataclass(frozen=True)
@@ -107,8 +123,7 @@ def program_extracted(event: dict, ctx: RenderContext) -> None:
 @renders(EventKind.PROGRAM_MISSING, tab="Result", order=5)
 def program_missing(event: dict, ctx: RenderContext) -> None:
     data = event["data"]
-    st.warning(f"No program in the model's reply: {data.get('error') or 'no code block found'}",
-               icon=":material/code_off:")
+    st.warning(missing_text(data.get("error"), ctx.builtin), icon=":material/code_off:")
     if data.get("reply_excerpt"):
         st.caption("Excerpt of the reply")
         _html(plain_html(data["reply_excerpt"]))
@@ -161,11 +176,18 @@ def verdict(event: dict, ctx: RenderContext) -> None:
         st.dataframe([{"check": c.get("name"), "passed": bool(c.get("passed")), "detail": c.get("detail", "")}
                       for c in checks], hide_index=True, width="stretch")
     if v.get("kernel_launches"):
-        launches = ", ".join(f"`{k}` × {n}" for k, n in v["kernel_launches"].items())
-        st.caption(f"Kernel launches per forward: {launches}")
+        st.caption(launches_text(v["kernel_launches"], v.get("kernel_launch_calls") or 0))
     if v.get("log_tail"):
         with st.expander("What the program printed (last lines)"):
             _html(plain_html(v["log_tail"]))
+
+
+def launches_text(launches: dict[str, int], calls: int) -> str:
+    """The checked calls' kernel launches as per-forward counts (the verdict holds totals over `calls` calls)."""
+    if calls <= 0:  # a verdict from before the count was recorded: totals, said as such
+        return "Kernel launches over the checked calls: " + ", ".join(f"`{k}` × {n}" for k, n in launches.items())
+    per = ", ".join(f"`{k}` × {n / calls:g}" for k, n in launches.items())
+    return f"Kernel launches per forward: {per} (counted over {calls} checked calls)"
 
 
 @renders(EventKind.TIMINGS, tab="Result", order=20)
@@ -209,7 +231,9 @@ def profile(event: dict, ctx: RenderContext) -> None:
                     f"{fmt_ms(prof.get('per_forward_ms'))} per forward, custom kernels "
                     f"{100 * (prof.get('custom_share') or 0):.0f}% of the time, "
                     f"{_num(prof.get('launches_per_forward'), '{:.3g}')} custom launches per forward")
-        rows = [{"kernel / op": kernel_label(k), "custom": bool(k.get("custom")),
+        ops = kernel_ops(ctx.state.iterations[event["iteration"]].code
+                         if event.get("iteration") in ctx.state.iterations else None)
+        rows = [{"kernel / op": _row_label(k, ops), "custom": bool(k.get("custom")),
                  "share %": round(100 * (k.get("share") or 0), 1), "ms / forward": k.get("ms_per_forward"),
                  "calls / forward": k.get("calls_per_forward")} for k in prof.get("kernels") or []]
         if rows:
@@ -227,12 +251,49 @@ def profile(event: dict, ctx: RenderContext) -> None:
                     f"TFLOP/s fp32); this program reaches {_num(pct, '{:.0f}')}% of it"
                     + (f" by its timed call, {roof['pct_of_roofline_device']:.0f}% by its kernels' device time "
                        f"({fmt_ms(roof.get('device_ms'))} per forward)" if roof.get("pct_of_roofline_device") else ""))
-        st.caption(f"moves at least {_num(roof.get('bytes'), '{:,}')} bytes, {_num(roof.get('flops'), '{:,}')} FLOPs "
-                   "(unknown stays unknown: ceilings are measured, never guessed)")
+        st.caption(work_text(roof.get("bytes"), roof.get("flops")))
         if roof.get("device_note"):
             st.caption(roof["device_note"])
         if roof.get("suspicious"):
             st.error(roof["suspicious"], icon=":material/report:")
+
+
+# The built-in synthesizer's marker line (kforge_core.agents.builtin.schedule.MARKER): its kernels' names and the
+# ops each computes. Read here with a regex: the app does not import the synthesizer.
+_MARKER = re.compile(r"^# kforge-builtin: (\{.*\})\s*$", re.M)
+
+
+def kernel_ops(code: str | None) -> dict[str, str]:
+    """Kernel name -> the ops it computes ("kf_k0" -> "mul+sigmoid"), from a built-in program's marker."""
+    m = _MARKER.search(code or "")
+    if not m:
+        return {}
+    try:
+        kernels = json.loads(m.group(1)).get("kernels") or []
+    except (ValueError, AttributeError):
+        return {}
+    return {k["name"]: k["label"] for k in kernels if isinstance(k, dict) and k.get("name") and k.get("label")}
+
+
+def _row_label(row: dict, ops: dict[str, str]) -> str:
+    """A profile row named by what it computes: the launching op when the profiler linked one, else the op the
+    built-in synthesizer wrote the kernel for (a CPU kernel's row is only `kforge::kf_k0`)."""
+    short = (row.get("name") or "").split("::")[-1]
+    if not row.get("op") and short in ops:
+        return f"{ops[short]} ({short})"
+    return kernel_label(row)
+
+
+def work_text(nbytes: Any, flops: Any) -> str:
+    """The problem's minimum work as the roofline counts it. PyTorch's FLOP counter counts matrix products and
+    convolutions only, so 0 means "none of those", not "no arithmetic"; None means it could not count."""
+    moved = f"moves at least {nbytes:,} bytes" if isinstance(nbytes, int) else "bytes moved unknown"
+    if isinstance(flops, int) and flops > 0:
+        return f"The problem {moved} and does at least {flops:,} FLOPs in matrix products / convolutions."
+    if flops == 0:
+        return (f"The problem {moved}; it has no matrix product or convolution (the only FLOPs PyTorch's counter "
+                "counts), so its floor is the memory floor.")
+    return f"The problem {moved}; its FLOPs could not be counted, so no compute floor is given."
 
 
 @renders(EventKind.RECOMMENDATIONS, tab="Analysis", order=10)
@@ -371,7 +432,9 @@ def run_finished(event: dict, ctx: RenderContext) -> None:
     best = (f"; best #{d['best_iteration']} at {fmt_x(d.get('best_speedup_vs_eager'))} vs eager"
             if d.get("best_iteration") is not None else "; no correct program")
     err = f" — {d['error']}" if d.get("error") else ""
-    _line(event, f"Run finished {run_badge(d.get('status'))}{best}{err}")
+    stopped = (f" · stopped: {d['stop_reason']}" if d.get("stop_reason") and d.get("stop_reason") != d.get("error")
+               else "")
+    _line(event, f"Run finished {run_badge(d.get('status'), d.get('best_speedup_vs_eager'))}{best}{err}{stopped}")
 
 
 @renders(EventKind.RUN_INTERRUPTED)

@@ -30,7 +30,6 @@ from .renderers import EMPTY, TABS, RenderContext, order_of, render, tab_of
 from .run_state import RunState, apply, chart_points
 
 LIVE_STATUSES = ("queued", "running")
-RESUMABLE_STATUSES = ("interrupted", "failed", "cancelled")
 BUILTIN_LABEL = "built-in, rule-based (no LLM)"
 # How often a live view asks the store to mark runs whose worker died (the check reads every live run's row).
 STALE_CHECK_EVERY_S = 5.0
@@ -47,8 +46,36 @@ def show(run_id: str) -> None:
         st.error(f"There is no run `{run_id}` in {services.db_path()}. It may have been deleted, or this link "
                  "belongs to another KForge installation (KFORGE_DB).", icon=":material/search_off:")
         return
-    live = status in LIVE_STATUSES
+    live = status in LIVE_STATUSES or _resume_pending(run_id, status)
     st.fragment(_body, run_every=services.POLL_INTERVAL_S if live else None)(run_id, live)
+
+
+# A resumed run is live before its worker says so: the worker process takes seconds to start and mark the run
+# running, and a view drawn in between would stop polling and keep showing the old status. The view polls while a
+# resume it asked for is pending, up to this long (a worker that never starts leaves the run as it was).
+RESUME_PENDING_S = 120.0
+
+
+def _resume_pending(run_id: str, status: str) -> bool:
+    key = f"kf-resuming:{run_id}"
+    since = st.session_state.get(key)
+    if since is None:
+        return False
+    if status in LIVE_STATUSES or time.monotonic() - since > RESUME_PENDING_S:
+        st.session_state.pop(key, None)  # the worker took over (or never came): the status speaks for itself
+        return False
+    return True
+
+
+def resumable(run: dict[str, Any]) -> bool:
+    """Whether Resume could change anything. A cancelled or interrupted run has work left. A failed run resumes
+    only when an LLM endpoint failed (a key or server fixed since may let it go on); a failure of the built-in
+    synthesizer or a spent budget would repeat as it was."""
+    if run["status"] in ("interrupted", "cancelled"):
+        return True
+    if run["status"] != "failed" or run.get("agent") == "builtin":
+        return False
+    return "endpoint" in (run.get("error") or "")
 
 
 def _state(run_id: str) -> RunState:
@@ -77,11 +104,13 @@ def _body(run_id: str, was_live: bool) -> None:
     except KForgeError as exc:
         st.error(f"Could not read the run store: {exc}", icon=":material/database:")
         return
-    live = run["status"] in LIVE_STATUSES
+    pending = _resume_pending(run_id, run["status"])
+    live = run["status"] in LIVE_STATUSES or pending
     target = services.target_info(run["target"], wait=False)
-    ctx = RenderContext(state=state, kernel_language=target.kernel_language if target else "cpp")
+    builtin = run.get("agent") == "builtin"
+    ctx = RenderContext(state=state, kernel_language=target.kernel_language if target else "cpp", builtin=builtin)
 
-    _header(run, state, live)
+    _header(run, state, live, pending)
     _totals(run, state, live)
     selected = _timeline(run, state)
     if live and state.streaming is not None:
@@ -103,7 +132,8 @@ def _body(run_id: str, was_live: bool) -> None:
             if hidden > 0:
                 st.caption(f"{hidden} earlier entries not shown; every iteration is in the timeline above.")
             for event in state.feed[-FEED_SHOWN:]:
-                render(event, RenderContext(state=state, kernel_language=ctx.kernel_language, compact=True))
+                render(event, RenderContext(state=state, kernel_language=ctx.kernel_language, compact=True,
+                                            builtin=builtin))
     if selected is not None:
         _iteration_detail(run, state, selected, ctx)
     _inputs(run)
@@ -136,22 +166,30 @@ def agent_label(run: dict[str, Any]) -> str:
     return f"{both} @ {endpoint}"
 
 
-def _header(run: dict[str, Any], state: RunState, live: bool) -> None:
+def _header(run: dict[str, Any], state: RunState, live: bool, pending: bool = False) -> None:
     target = services.target_info(run["target"], wait=False)
     title_col, actions = st.columns([3, 2], vertical_alignment="bottom")
     with title_col:
-        st.markdown(f"### {run['problem_name']}  {run_badge(run['status'])}")
+        badge = run_badge("queued") if pending else run_badge(run["status"], run.get("best_speedup_vs_eager"))
+        st.markdown(f"### {run['problem_name']}  {badge}")
         st.caption(f"on **{target.title if target else run['target']}** · {agent_label(run)} · run `{run['id']}` · "
                    f"started {fmt_when(run['created_at'])}")
-        if run.get("error") and not live:
+        if pending:
+            st.caption("Resuming: waiting for the worker process to pick the run up…")
+        elif run.get("error") and not live:
             st.error(run["error"], icon=":material/error:")
+        stop_reason = (state.finished or {}).get("stop_reason")
+        if stop_reason and not live and stop_reason != run.get("error"):
+            st.caption(f"Stopped: {stop_reason}")
     with actions, st.container(horizontal=True, horizontal_alignment="right"):
-        if live:
+        if pending:
+            st.button("Resuming…", icon=":material/play_arrow:", disabled=True, key=f"kf-resuming-btn:{run['id']}")
+        elif live:
             requested = bool(run.get("cancel_requested"))
             if st.button("Cancelling…" if requested else "Cancel run", icon=":material/stop_circle:",
                          disabled=requested, key=f"kf-cancel:{run['id']}"):
                 _cancel(run["id"])
-        elif run["status"] in RESUMABLE_STATUSES and services.loop_module() is not None:
+        elif resumable(run) and services.loop_module() is not None:
             if st.button("Resume", icon=":material/play_arrow:", key=f"kf-resume:{run['id']}"):
                 _resume(run)
         best = _best_code(run)
@@ -210,6 +248,7 @@ def _resume(run: dict[str, Any]) -> None:
         st.error(f"Could not resume this run: {exc}")
         return
     st.session_state.pop(f"kf-runstate:{run['id']}", None)
+    st.session_state[f"kf-resuming:{run['id']}"] = time.monotonic()
     st.rerun(scope="app")
 
 
@@ -222,10 +261,18 @@ def _wall_s(run: dict[str, Any], live: bool) -> float | None:
     return (end - start).total_seconds() if start and end else None
 
 
-def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
+def iteration_budget(run: dict[str, Any], state: RunState) -> int | None:
+    """The most iterations the run may take, from its settings (both passes, k candidates a step), so the number
+    does not change as passes start; the passes' own announcements only for runs without stored settings."""
     config = run.get("config") or {}
-    budget = sum(p.get("max_iterations") or 0 for p in state.passes) or (
-        (config.get("max_functional_iters") or 0) + (config.get("max_optimization_iters") or 0)) or None
+    steps = (config.get("max_functional_iters") or 0) + (config.get("max_optimization_iters") or 0)
+    if steps:
+        return steps * max(1, int(config.get("best_of_k") or 1))
+    return sum(p.get("max_iterations") or 0 for p in state.passes) or None
+
+
+def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
+    budget = iteration_budget(run, state)
     done = sum(1 for it in state.iterations.values() if it.finished)
     prompt_tokens = run.get("tokens_prompt") or state.tokens_prompt
     completion_tokens = run.get("tokens_completion") or state.tokens_completion
@@ -237,7 +284,9 @@ def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
     cols[1].metric("Best vs torch.compile", fmt_x(run.get("best_speedup_vs_compiled")))
     cols[2].metric("Best time", fmt_ms(run.get("best_candidate_ms")),
                    help=f"iteration #{best_it}" if best_it is not None else "no correct program yet")
-    cols[3].metric("Iterations", f"{done}" + (f" / {budget}" if budget else ""))
+    cols[3].metric("Iterations", f"{done}" + (f" / {budget}" if budget else ""),
+                   help="finished / the most the run may take (functional + optimization passes); a run stops "
+                        "early once a pass has nothing left to do")
     if run.get("agent") == "builtin" and not (prompt_tokens or completion_tokens):
         cols[4].metric("Tokens", "none", help="the built-in synthesizer uses no LLM")
     else:
@@ -274,7 +323,11 @@ def _timeline(run: dict[str, Any], state: RunState) -> int | None:
     follow_key, pick_key = f"kf-follow:{run['id']}", f"kf-pick:{run['id']}"
     latest = options[-1]
     picked = st.session_state.get(pick_key)
-    selected = latest if st.session_state.get(follow_key, True) or picked not in options else picked
+    if run["status"] in LIVE_STATUSES:
+        selected = latest if st.session_state.get(follow_key, True) or picked not in options else picked
+    else:  # a finished run opens on its best program (its last iteration may hold none)
+        best = run.get("best_iteration")
+        selected = picked if picked in options else best if best in options else latest
 
     def pick(index: int, newest: int) -> None:
         st.session_state[pick_key] = index

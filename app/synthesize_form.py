@@ -160,11 +160,15 @@ def _escape(text: str) -> str:
     return html.escape(text)
 
 
-def reference_check(choice: ProblemChoice, target: services.TargetInfo | None, size_class: str | None) -> None:
-    """Run the reference once in an evaluation child: inputs, outputs, time, and what only running can tell."""
+def reference_check(choice: ProblemChoice, target: services.TargetInfo | None, size_class: str | None,
+                    builtin: bool = False) -> str | None:
+    """Run the reference once in an evaluation child: inputs, outputs, time, and what only running can tell; with
+    the built-in synthesizer chosen, also what it can write for this module. Returns what stands in the way of a
+    run ("" when the check passed, None when it was not run): a reference that does not run fails every
+    iteration, and so does a module the built-in synthesizer cannot write."""
     if choice.problem is None or target is None or not target.available:
-        return
-    key = f"kf-validated:{choice.problem.digest}:{target.name}:{size_class}"
+        return None
+    key = f"kf-validated:{choice.problem.digest}:{target.name}:{size_class}:{builtin}"
     if st.button("Check by running the reference", icon=":material/play_circle:", key="kf-validate",
                  help="Runs Model on get_inputs() once in a separate process on the chosen target"):
         from .child import ChildJobError, run_job
@@ -173,22 +177,33 @@ def reference_check(choice: ProblemChoice, target: services.TargetInfo | None, s
             try:
                 report = run_job("validate", {"source": choice.problem.source, "name": choice.problem.name,
                                               "target": target.name, "size_class": size_class,
-                                              "timeout_s": VALIDATE_TIMEOUT_S}, timeout_s=VALIDATE_TIMEOUT_S + 30)
+                                              "timeout_s": VALIDATE_TIMEOUT_S, "builtin": builtin},
+                                 timeout_s=VALIDATE_TIMEOUT_S * (2 if builtin else 1) + 30)
                 st.session_state[key] = ("ok", report)
             except ChildJobError as exc:
                 st.session_state[key] = ("error", str(exc))
     result = st.session_state.get(key)
     if result is None:
-        return
+        if builtin:
+            st.caption("The check also says what the built-in synthesizer can write for this module.")
+        return None
     kind, value = result
     if kind == "error":
         st.error(f"Running the reference failed: {value}", icon=":material/error:")
-        return
+        return "a reference that runs (the check by running it failed)"
     ms = f"{value['reference_ms']:.3g} ms per forward" if value.get("reference_ms") is not None else "time unknown"
     st.success(f"The reference runs: inputs {', '.join(value['inputs']) or '—'} → outputs "
                f"{', '.join(value['outputs']) or '—'}; {ms}.", icon=":material/check_circle:")
     for warning in value.get("warnings") or []:
         st.warning(warning, icon=":material/warning:")
+    coverage = value.get("builtin") if builtin else None
+    if coverage is not None:
+        if not coverage.get("ok"):
+            st.error(f"The built-in synthesizer cannot write this module: {coverage.get('text')}. Choose an LLM "
+                     "endpoint, or a module it covers.", icon=":material/code_off:")
+            return "a module the built-in synthesizer can write (or an LLM agent)"
+        st.info(f"The built-in synthesizer will write: {coverage.get('text')}.", icon=":material/memory:")
+    return ""
 
 
 # --------------------------------------------------------------------------------------------------- target

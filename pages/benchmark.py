@@ -10,6 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from app.formatting import fmt_ms, fmt_x
+from app.navigation import run_url
 from kforge_core.bench.charts import fast_p_figure, speedup_figure
 from kforge_core.bench.metrics import P_VALUES
 
@@ -57,8 +58,8 @@ except (OSError, ValueError, KeyError, TypeError) as exc:
 
 st.markdown(" · ".join(f"**{k}**: {v}" for k, v in meta.items() if v not in (None, "")))
 c1, c2, c3, c4 = st.columns(4)
-c1.metric("Correct", f"{summary['correct']}/{summary['problems']}", _pct(summary["correctness_rate"]),
-          delta_color="off")
+c1.metric("Correct", f"{summary['correct']}/{summary['problems']}",
+          help=f"{_pct(summary['correctness_rate'])} of the problems have a correct program")
 c2.metric("fast_1 vs eager", _pct(summary["fast_p_vs_eager"]["1"]))
 c3.metric("fast_1 vs torch.compile", _pct(summary["fast_p_vs_compiled"]["1"]))
 c4.metric("Geomean vs eager (failures = 1.0×)", fmt_x(summary["geomean_speedup_vs_eager_failures_as_1"]))
@@ -87,5 +88,8 @@ st.subheader("Problems")
 st.dataframe([{"problem": r.get("problem"), "level": r.get("level"), "status": r.get("status"),
                "candidate": fmt_ms(r.get("candidate_ms")), "eager": fmt_ms(r.get("eager_ms")),
                "torch.compile": fmt_ms(r.get("compiled_ms")), "vs eager": fmt_x(r.get("speedup_vs_eager")),
-               "vs compile": fmt_x(r.get("speedup_vs_compiled")), "run": r.get("run_id") or "",
-               "error": (r.get("error") or "")[:120]} for r in records], hide_index=True, width="stretch")
+               "vs compile": fmt_x(r.get("speedup_vs_compiled")),
+               "run": run_url(r["run_id"]) if r.get("run_id") else None,
+               "error": (r.get("error") or "")[:120]} for r in records], hide_index=True, width="stretch",
+             column_config={"run": st.column_config.LinkColumn("run", display_text=r"run=([0-9a-f]+)",
+                                                               help="open the run in the run view")})

@@ -56,8 +56,9 @@ with right:
     agent = form.agent_section()
 budgets = form.budget_section()
 evaluation = form.advanced_section(choice, target)
+blocker = None
 if choice is not None and choice.problem is not None:
-    form.reference_check(choice, target, evaluation["size_class"])
+    blocker = form.reference_check(choice, target, evaluation["size_class"], builtin=agent.agent == "builtin")
 ref_program, ref_target, ref_error = form.reference_section()
 shots, shots_error = form.screenshots_section(agent, target)
 
@@ -69,6 +70,8 @@ if target is None:
     problems.append("an available target")
 if agent.agent == "llm" and not agent.model:
     problems.append("a generation model")
+if blocker:
+    problems.append(blocker)
 for error in (ref_error, shots_error):
     if error:
         st.error(error, icon=":material/error:")

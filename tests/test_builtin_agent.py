@@ -314,11 +314,12 @@ def test_each_move_gives_a_different_correct_program(agent):
     # every move applied: nothing left, said clearly instead of repeating a program
     fb = Feedback(status="correct", reason="ok", recommendations=[Recommendation("x", "", "", move="vectorize")])
     done = agent.generate(_request(SOFTMAX_CHAIN, "softmax_chain", "optimization", current.program, fb, 9))
-    assert done.program is None and "exhausted" in done.error
+    assert done.program is None and "nothing left to try" in done.error and "vectorize" in done.error
 
 
 def test_recommended_move_that_changes_nothing_falls_through(agent):
-    """`fuse` on a single-node problem changes nothing: the next move in the order is applied instead."""
+    """`fuse` on a single-node problem changes nothing: the next *recommended* move is built instead, and the
+    result names both as built (so neither comes back); a move nobody recommended is never built."""
     single = _src('''
         import torch
         import torch.nn as nn
@@ -337,11 +338,31 @@ def test_recommended_move_that_changes_nothing_falls_through(agent):
             return []
     ''')
     first = agent.generate(_request(single, "sig"))
-    fb = Feedback(status="correct", reason="ok", recommendations=[Recommendation("f", "", "", move="fuse")])
-    nxt = agent.generate(_request(single, "sig", "optimization", first.program, fb, 1))
+    recs = [Recommendation("f", "", "", move="fuse"), Recommendation("v", "", "", move="vectorize")]
+    nxt = agent.generate(_request(single, "sig", "optimization", first.program,
+                                  Feedback(status="correct", reason="ok", recommendations=recs), 1))
     sched = read_marker(nxt.program)["schedule"]
-    assert sched["fuse"] and sched["parallel"], sched  # fuse counted as done, parallelize_rows applied
-    assert "skipped fuse" in nxt.notes
+    assert sched["fuse"] and sched["vectorize"] and not sched["parallel"], sched
+    assert nxt.moves == ["fuse", "vectorize"]
+    assert "fuse built but changed nothing" in nxt.notes
+    only_fuse = agent.generate(_request(single, "sig", "optimization", first.program, Feedback(
+        status="correct", reason="ok", recommendations=recs[:1]), 2))
+    assert only_fuse.program is None and only_fuse.moves == ["fuse"]
+    assert "built with no change: fuse" in only_fuse.error and "nothing left to try" in only_fuse.error
+
+
+def test_optimization_builds_only_the_first_recommendation_and_names_it(agent):
+    """Five recommendations, one candidate: the result says it was built with the first only, so the loop records
+    the other four as not tried (issue 23: they were stored as tried and never built)."""
+    first = agent.generate(_request(SOFTMAX_CHAIN, "softmax_chain"))
+    recs = [Recommendation(MOVE_TITLES[m], "", "", move=m) for m in CPU_ORDER]
+    nxt = agent.generate(_request(SOFTMAX_CHAIN, "softmax_chain", "optimization", first.program,
+                                  Feedback(status="correct", reason="ok", recommendations=recs), 1))
+    assert nxt.program and nxt.moves == [CPU_ORDER[0]]
+    none = agent.generate(_request(SOFTMAX_CHAIN, "softmax_chain", "optimization", first.program,
+                                   Feedback(status="correct", reason="ok", recommendations=[]), 2))
+    assert none.program is None and "recommended no move" in none.error
+    assert agent.deterministic is True
 
 
 def test_failed_functional_candidate_gets_a_conservative_variant(agent):

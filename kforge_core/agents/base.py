@@ -21,6 +21,9 @@ class Recommendation:
     why: str  # the measured fact behind it ("aten::add is 31% of the time, a separate pass over 64 MiB")
     expected_gain: str = ""  # "~1.3x", "removes one launch"
     move: str | None = None  # built-in catalogue id ("fuse", "vectorize", "block_shape", ...) or None for LLMs
+    # Whether the candidate generated from it was built with it: None when the generator does not say (an LLM is
+    # handed every recommendation), False for one a rule-based generator did not build (it builds one per step).
+    applied: bool | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,6 +87,8 @@ class GenerationResult:
     thinking: str = ""  # the model's reasoning (reasoning_content, or <think> blocks moved out of the reply)
     alternatives: list[str] = field(default_factory=list)  # other programs in the reply, to try when `program`
     # does not compile (in that order; see extract.Extraction.alternatives)
+    # The catalogue moves this candidate was built with (None: not stated; every recommendation counts as tried).
+    moves: list[str] | None = None
 
 
 @dataclass
@@ -117,6 +122,8 @@ class AnalysisResult:
 
 class GenerationAgent(Protocol):
     label: str  # shown everywhere: "gpt-4o @ http://127.0.0.1:8000/v1" or "built-in, rule-based (no LLM)"
+    # Optional `deterministic: bool` (read with getattr, default False): the same request always gives the same
+    # result, so a request it answered without a program is not asked again (the loop stops with its reason).
 
     def generate(self, request: GenerationRequest, on_token: TokenSink | None = None) -> GenerationResult: ...
 

@@ -30,13 +30,14 @@ def _moves_in_history(history: list[dict]) -> set:
             elif isinstance(v, (list, tuple)):
                 tried |= {x for x in v if isinstance(x, str)}
         recs = h.get("recommendations") or ([h["recommendation"]] if isinstance(h.get("recommendation"), dict) else [])
-        for r in recs:
-            if isinstance(r, dict) and r.get("move"):
+        for r in recs:  # a recommendation marked applied=False was handed to the generator but never built
+            if isinstance(r, dict) and r.get("move") and r.get("applied") is not False:
                 tried.add(r["move"])
-        # the loop lists every recommendation of a step; the built-in generator applies only the first one
-        text = str(h.get("tried", "")).split("; ")[0]
+        # a history written by hand (or by an older loop) may say what was tried only in words; the loop's own
+        # "tried" text names only what was built
+        text = str(h.get("tried", ""))
         for move, title in MOVE_TITLES.items():
-            if text.startswith(title) or f"[{move}]" in text:
+            if title in text or f"[{move}]" in text:
                 tried.add(move)
     return tried & set(CATALOGUE)
 

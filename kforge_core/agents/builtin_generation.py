@@ -3,9 +3,11 @@ and write a candidate in the target's own format. No LLM anywhere.
 
 Functional pass: the first candidate is deliberately plain (one kernel per traced node, serial scalar loops), so
 the optimization pass has real, measured steps to take. Each optimization step applies one move from the catalogue
-(`schedule.CATALOGUE`) on top of the previous program's schedule (read from its marker comment): the recommended
-move when given, otherwise the next one in the target's default order; a move that would not change the program
-is skipped. When every move is applied the agent says so instead of repeating a program.
+(`schedule.CATALOGUE`) on top of the previous program's schedule (read from its marker comment): the first of the
+analysis' recommendations (in its order) that is not applied yet and changes the program (with no analysis, the
+next one in the target's default order). The result names the moves it was built with (`GenerationResult.moves`),
+so the loop records only those as tried and the other recommendations come back in later steps. When no
+recommended move is left the agent says so instead of repeating a program.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class BuiltinGenerationAgent:
     arguments when both trace to the same graph."""
 
     label = LABEL
+    deterministic = True  # same request, same answer: the loop does not ask again after a refusal
 
     def __init__(self, size_class: str | None = "auto", trace_timeout_s: float = 120.0):
         self.size_class = size_class
@@ -122,40 +125,47 @@ class BuiltinGenerationAgent:
                         f"other variant for this problem"))
                 sched = Schedule(conservative=True)
                 res = self._build(req.problem_source, req.problem_name, tinfo, sched, move=None)
+                if res.program and _strip_marker(res.program) == _strip_marker(req.previous_program):
+                    return GenerationResult(program=None, error=(
+                        f"the built-in synthesizer's candidate failed ({fb.status}: {fb.reason[:300]}); keeping "
+                        f"reductions in PyTorch gives the same program, so it has no other variant"))
                 if res.program:
                     res.notes = (res.notes + "; " if res.notes else "") + \
                         f"previous candidate failed ({fb.status}); reductions kept in PyTorch this time"
                 return res
             return self._build(req.problem_source, req.problem_name, tinfo, Schedule(), move=None)
-        # optimization pass: one move on top of the previous schedule
+        # optimization pass: one move on top of the previous schedule, the first recommended one that changes it
         base = prev_sched or Schedule()
-        wanted = None
-        if fb is not None and fb.recommendations:
-            wanted = fb.recommendations[0].move
-        elif fb is not None:
-            return GenerationResult(program=None, error=(
-                "no move was recommended for this step (the analysis found nothing left to try); the built-in "
-                "generator does not change a program without a move"))
-        order = [m for m in ([wanted] if wanted else []) + list(order_for(tinfo.device_type))
-                 if m in MOVE_TEXT and not base.applied(m)]
-        seen = []
+        if fb is None:  # no analysis ran (a direct call): the target's default order
+            candidates = list(order_for(tinfo.device_type))
+        else:
+            candidates = [r.move for r in fb.recommendations if r.move in MOVE_TEXT]
+            if not candidates:
+                return GenerationResult(program=None, error=(
+                    "the analysis recommended no move from the built-in catalogue (every move is applied or was "
+                    "tried); the built-in generator does not change a program without one"))
         previous = _strip_marker(req.previous_program) if ours else None
-        for move in dict.fromkeys(order):
+        unchanged: list[str] = []  # built, but the same program: tried, nothing to measure
+        already = [m for m in dict.fromkeys(candidates) if base.applied(m)]
+        for move in dict.fromkeys(m for m in candidates if not base.applied(m)):
             res = self._build(req.problem_source, req.problem_name, tinfo, base.with_move(move), move=move)
             if res.program is None:
+                res.moves = unchanged + [move]
                 return res
             if previous is not None and _strip_marker(res.program) == previous:
-                seen.append(move)
-                base = base.with_move(move)  # it changes nothing here: count it as done
+                unchanged.append(move)
+                base = base.with_move(move)
                 continue
-            if seen:
-                res.notes += f"; skipped {', '.join(seen)} (no change for this program)"
-            if wanted and move != wanted:
-                res.notes += f"; recommended move {wanted!r} was already applied or does not apply"
+            if unchanged:
+                res.notes += f"; {', '.join(unchanged)} built but changed nothing for this program"
+            if already:
+                res.notes += f"; {', '.join(already)} already applied"
+            res.moves = unchanged + [move]
             return res
         applied = ", ".join(base.moves()) or "none"
-        return GenerationResult(program=None, error=(
-            f"the built-in move catalogue is exhausted for this program (applied: {applied}); nothing left to try"))
+        return GenerationResult(program=None, moves=unchanged or None, error=(
+            f"no recommended move changes this program (applied: {applied}"
+            f"{'; built with no change: ' + ', '.join(unchanged) if unchanged else ''}); nothing left to try"))
 
     def _build(self, source: str, name: str, tinfo: TargetSpec, sched: Schedule, move: str | None) -> GenerationResult:
         backend = select_backend(tinfo)

@@ -282,6 +282,7 @@ class ProgressPrinter:
         self.stop_reason = ""
         self.endpoint_failure = False
         self.printed_errors: set[str] = set()  # so that the final line does not repeat them
+        self._missing: set[int] = set()  # iterations whose "no program" line is printed already
         self._mid_line = False  # tokens were written without a newline
         self._thinking = False  # the verbose stream is inside the model's thinking
 
@@ -330,6 +331,7 @@ class ProgressPrinter:
 
     def on_program_missing(self, e) -> None:
         if e.error not in self.printed_errors:  # an endpoint failure was printed as an error already
+            self._missing.add(e.iteration)
             self._line(f"  [{e.iteration}] no program: {e.error}")
 
     def on_program_extracted(self, e) -> None:
@@ -351,6 +353,8 @@ class ProgressPrinter:
         if e.reason and any(e.reason.startswith(p) for p in self.printed_errors):
             self._line(f"  [{e.iteration}] {e.status}: (the endpoint error above)")
             return
+        if e.status == "no_program" and e.iteration in self._missing:
+            return  # said by on_program_missing, with the same reason
         if e.status == "correct":
             detail = f"{fmt_ms(e.candidate_ms)}  {fmt_x(e.speedup_vs_eager)} vs eager"
             if e.speedup_vs_compiled is not None:

@@ -34,7 +34,8 @@ class Verdict:
     build_s: float | None = None  # time spent building the candidate's kernels (0 when all came from cache)
     # one record per kernel build: {"platform", "key", "cached", "compiler_ran", "seconds"}
     builds: list[dict] = field(default_factory=list)
-    kernel_launches: dict[str, int] = field(default_factory=dict)
+    kernel_launches: dict[str, int] = field(default_factory=dict)  # totals over the checked calls below
+    kernel_launch_calls: int = 0  # how many checked forward calls `kernel_launches` counts (0: not recorded)
     profile: dict | None = None
     roofline: dict | None = None
     # share of the forward's time spent in the candidate's own compiled kernels (the lowest of the measurements in

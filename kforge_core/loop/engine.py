@@ -11,6 +11,9 @@ cancel flag are checked between steps; the cancel flag also at every streamed to
 with exactly one `RunFinished`, whatever happens inside (a cancel, a fatal endpoint error, a bug: a bug is reported
 as an event first, then re-raised).
 
+A deterministic generator (the built-in one) that answers a step without a program ends the pass with its reason:
+the same request would get the same answer.
+
 The model's mistakes are data: a compile error, a wrong kernel, a reply without a program end an iteration with
 that status and are fed back to the next generation. An endpoint failure (timeout, 5xx, broken stream after the
 client's retries) also ends the iteration (`no_program`, with the reason) but does not use up a step: the loop
@@ -170,6 +173,10 @@ class Synthesis(CandidateSteps):
             st.last = min(judged, key=lambda a: (STATUS_RANK.get(a.status, 9), a.iteration))
         else:
             st.functional_steps -= 1  # the endpoint failed, the model was not judged: the step is not used up
+        refusal = self._refusal(judged)
+        if st.best is None and refusal:
+            self.stop_reason = refusal
+            return Next.STOP
         if st.best is not None:
             if cfg.max_optimization_iters == 0:
                 self.stop_reason = "a correct program was found; no optimization pass was asked for"
@@ -204,6 +211,10 @@ class Synthesis(CandidateSteps):
                                                           STATUS_RANK.get(a.status, 9)))
         for a in judged:
             st.history.append(history_entry(a, best_before))
+        refusal = self._refusal(judged)
+        if refusal:
+            self.stop_reason = refusal
+            return Next.STOP
         improved = st.best is not best_before
         st.steps_without_improvement = 0 if improved else st.steps_without_improvement + 1
         if cfg.patience and st.steps_without_improvement >= cfg.patience:
@@ -213,6 +224,15 @@ class Synthesis(CandidateSteps):
             self.stop_reason = f"optimization budget spent ({cfg.max_optimization_iters} step(s))"
             return Next.STOP
         return Next.OPTIMIZE
+
+    def _refusal(self, judged: list[Attempt]) -> str:
+        """Why a deterministic generator wrote no program this step ("" otherwise): asked the same again, it
+        would answer the same, so the pass stops here with its one true reason instead of burning iterations."""
+        if not getattr(self.generator, "deterministic", False) or not judged:
+            return ""
+        if any(a.status != "no_program" for a in judged):
+            return ""
+        return judged[0].reason
 
     def _start_iterations(self, pass_name: str) -> Iterator[LoopEvent]:
         indexes = list(range(self.state.next_iteration, self.state.next_iteration + self.config.best_of_k))

@@ -45,7 +45,8 @@ def optimization_feedback(best: Attempt, last: Attempt | None,
 
 
 def history_entry(attempt: Attempt, best_before: Attempt) -> dict:
-    tried = "; ".join(r.title for r in attempt.recommendations) or "a rewrite"
+    built = [r for r in attempt.recommendations if r.applied is not False]  # False: handed over, never built
+    tried = "; ".join(r.title for r in built) or "a rewrite"
     if attempt.correct and attempt.candidate_ms is not None and best_before.candidate_ms:
         outcome = f"correct, {attempt.candidate_ms:.4g} ms vs {best_before.candidate_ms:.4g} ms before " \
                   f"({best_before.candidate_ms / attempt.candidate_ms:.2f}x)"
@@ -55,5 +56,5 @@ def history_entry(attempt: Attempt, best_before: Attempt) -> dict:
     # what it measured, in words and as numbers.
     return {"iteration": attempt.iteration, "tried": tried, "outcome": outcome, "status": attempt.status,
             "candidate_ms": attempt.candidate_ms, "best_ms_before": best_before.candidate_ms,
-            "recommendations": [r.to_dict() for r in attempt.recommendations],
-            "moves": [r.move for r in attempt.recommendations if r.move]}
+            "recommendations": [r.to_dict() for r in built],
+            "moves": [r.move for r in built if r.move]}

@@ -8,6 +8,7 @@ next, the budgets and the run's end stay in the engine.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import threading
@@ -154,6 +155,7 @@ class CandidateSteps:
     # ------------------------------------------------------------------------------------------ evaluation
     def _judge(self, i: int, pass_name: str, result: GenerationResult, base: Attempt | None,
                recommendations: list[Recommendation]) -> Iterator[LoopEvent]:
+        recommendations = applied_recommendations(recommendations, result.moves)
         recs = [r.to_dict() for r in recommendations] or None
         if result.program is None:
             error = result.error or "the reply held no program"
@@ -295,6 +297,15 @@ class CandidateSteps:
 
 
 # ---------------------------------------------------------------------------------------------- record helpers
+
+
+def applied_recommendations(recommendations: list[Recommendation],
+                            moves: list[str] | None) -> list[Recommendation]:
+    """The step's recommendations, each marked with whether this candidate was built with it. A generator that
+    names its moves (the built-in one builds one per step) leaves the others untried for later steps."""
+    if moves is None:
+        return list(recommendations)
+    return [dataclasses.replace(r, applied=r.move in moves) for r in recommendations]
 
 
 def unified_diff(base: Attempt, iteration: int, code: str) -> str:

@@ -92,9 +92,22 @@ class LoopState:
 
 
 def is_faster(attempt: Attempt, best: Attempt | None) -> bool:
-    """Whether `attempt` should replace `best` (any attempt beats none; an untimed one beats no timed best)."""
+    """Whether `attempt` should replace `best` (any attempt beats none; an untimed one beats no timed best).
+
+    Two programs are compared by their speedups over eager PyTorch when both have one: each is measured in trials
+    interleaved with eager on the same machine at the same moment, so a load change between two evaluations (on a
+    shared 2-core box, 2-5x) cancels out, where comparing raw milliseconds from different minutes would not."""
     if best is None:
         return True
     if attempt.candidate_ms is None:
         return False
-    return best.candidate_ms is None or attempt.candidate_ms < best.candidate_ms
+    if best.candidate_ms is None:
+        return True
+    ours, theirs = _speedup(attempt), _speedup(best)
+    if ours is not None and theirs is not None:
+        return ours > theirs
+    return attempt.candidate_ms < best.candidate_ms
+
+
+def _speedup(attempt: Attempt) -> float | None:
+    return attempt.verdict.speedup_vs_eager if attempt.verdict is not None else None

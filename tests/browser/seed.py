@@ -168,3 +168,74 @@ def seed_live_run(store: RunStore, problem_name: str = "live_problem", pid: int 
 
 def db_file(tmp: Path) -> Path:
     return tmp / "runs.db"
+
+
+def _builtin_run(store: RunStore, problem_name: str, functional: int, optimization: int) -> str:
+    """A running built-in run on the CPU target, its functional pass started (budgets as given)."""
+    config = {"problem_name": problem_name, "target": "cpu", "agent": "builtin", "problem_source": PROBLEM,
+              "max_functional_iters": functional, "max_optimization_iters": optimization, "patience": 3,
+              "best_of_k": 1, "tolerance": "default"}
+    run_id = store.create_run(problem_name, PROBLEM, "cpu", agent="builtin", config=config)
+    store.start_run(run_id, pid=os.getpid())
+    store.append_event(run_id, "pass_started", {"pass": "functional", "max_iterations": functional})
+    return run_id
+
+
+def seed_mixed_run(store: RunStore, problem_name: str = "sigmoid_mixed") -> str:
+    """A finished run as the issue saw one: a correct but slower program, a faster one, a slowdown (0.24x), an
+    iteration with no program, and baselines that change from one measurement to the next (the newest eager value
+    differs from the older ones). The best (iteration 2) is not the last iteration."""
+    run_id = _builtin_run(store, problem_name, functional=5, optimization=4)
+    add_correct_iteration(store, run_id, 0, "functional", PROGRAM_V1, PROGRAM_V0, ms=8.0, eager=4.0, compiled=2.5)
+    store.set_best(run_id, 0, speedup_vs_eager=0.5, speedup_vs_compiled=2.5 / 8.0, candidate_ms=8.0)
+    store.append_event(run_id, "pass_started", {"pass": "optimization", "max_iterations": 4})
+    add_correct_iteration(store, run_id, 1, "optimization", PROGRAM_V2, PROGRAM_V1, ms=2.0, eager=4.2, compiled=2.6)
+    store.set_best(run_id, 1, speedup_vs_eager=2.1, speedup_vs_compiled=1.3, candidate_ms=2.0)
+    add_correct_iteration(store, run_id, 2, "optimization", PROGRAM_V2 + "\n# v3\n", PROGRAM_V2, ms=1.6, eager=4.1,
+                          compiled=2.4)
+    store.set_best(run_id, 2, speedup_vs_eager=4.1 / 1.6, speedup_vs_compiled=2.4 / 1.6, candidate_ms=1.6)
+    add_correct_iteration(store, run_id, 3, "optimization", PROGRAM_V2 + "\n# v4\n", PROGRAM_V2, ms=20.0, eager=4.8,
+                          compiled=3.0)
+    store.start_iteration(run_id, 4, "optimization")
+    reason = "no recommended move changes this program (applied: fuse, parallelize_rows); nothing left to try"
+    store.append_event(run_id, "program_missing", {"iteration": 4, "error": reason, "reply_excerpt": ""}, 4)
+    store.finish_iteration(run_id, 4, "no_program", reason=reason)
+    store.finish_run(run_id, "succeeded")
+    return run_id
+
+
+def seed_single_iteration_run(store: RunStore, problem_name: str = "single_iteration") -> str:
+    """A run with one evaluated (correct, slower than eager) iteration: the baselines must still be drawn."""
+    run_id = _builtin_run(store, problem_name, functional=1, optimization=0)
+    add_correct_iteration(store, run_id, 0, "functional", PROGRAM_V1, PROGRAM_V0, ms=32.0, eager=4.0, compiled=2.5)
+    store.set_best(run_id, 0, speedup_vs_eager=4.0 / 32.0, speedup_vs_compiled=2.5 / 32.0, candidate_ms=32.0)
+    store.finish_run(run_id, "succeeded")
+    return run_id
+
+
+def seed_failed_run(store: RunStore, problem_name: str = "all_failed") -> str:
+    """A run whose every iteration failed (two build failures): no timings at all."""
+    run_id = _builtin_run(store, problem_name, functional=2, optimization=2)
+    for index in (0, 1):
+        store.start_iteration(run_id, index, "functional")
+        store.append_event(run_id, "program_extracted", {"iteration": index, "code": PROGRAM_V0,
+                                                         "language": "python", "notes": ""}, index)
+        verdict = _verdict("compile_error", "the kernel did not build: expected ';' (line 12)")
+        store.append_event(run_id, "verdict", {"iteration": index, "verdict": verdict}, index)
+        store.finish_iteration(run_id, index, "compile_error", reason=verdict["reason"], code=PROGRAM_V0,
+                               verdict=verdict)
+    store.finish_run(run_id, "failed", error="no correct program in 2 functional step(s)")
+    return run_id
+
+
+def bench_records() -> list[dict]:
+    """Benchmark rows as the runner writes them: a gain, a 0.31x slowdown, one near 1x, a failure."""
+    def row(name, level, ms, eager, compiled):
+        return {"problem": name, "level": level, "path": f"assets/problems/level{level}/{name}.py",
+                "status": "succeeded", "correct": True, "candidate_ms": ms, "eager_ms": eager,
+                "compiled_ms": compiled, "speedup_vs_eager": eager / ms, "speedup_vs_compiled": compiled / ms,
+                "iterations": 4, "run_id": f"{abs(hash(name)) % 16**12:012x}", "wall_s": 30.0}
+    return [row("01_relu", 1, 1.0, 2.5, 1.2), row("04_sigmoid", 1, 3.2, 1.0, 0.9),
+            row("12_softmax", 1, 1.05, 1.1, 1.0),
+            {"problem": "18_conv2d", "level": 1, "path": "assets/problems/level1/18_conv2d.py", "status": "failed",
+             "correct": False, "error": "nothing to synthesize", "iterations": 1, "run_id": None, "wall_s": 5.0}]

@@ -47,15 +47,20 @@ def test_bad_module_is_reported_in_place(page, app_server):
     shot(page, "browser_bad_module.png")
 
 
-def test_synthesize_live_then_reopen_from_runs(page, app_server):
-    started = time.monotonic()
-    page.goto(app_server.url)
+def paste_module(page, url: str, source: str) -> None:
+    """Open the Synthesize form, paste `source` and wait until it is accepted and the targets are discovered."""
+    page.goto(url)
     page.get_by_text("Synthesize a kernel").wait_for()
     area = page.locator("textarea").first
-    area.fill(PROBLEM)
+    area.fill(source)
     area.press("Control+Enter")
     page.get_by_text("Model, get_inputs and get_init_inputs found").wait_for()
     page.get_by_text("CPU (C++ / OpenMP)").first.wait_for()  # targets discovered (in a child process)
+
+
+def test_synthesize_live_then_reopen_from_runs(page, app_server):
+    started = time.monotonic()
+    paste_module(page, app_server.url, PROBLEM)
     assert page.get_by_role("radio", name=re.compile("Built-in synthesizer")).is_checked()
     for label, value in (("Functional iterations", "2"), ("Optimization iterations", "1")):
         box = page.get_by_label(label, exact=True)

@@ -42,7 +42,8 @@ class CorrectnessResult:
     checks: list[dict] = field(default_factory=list)
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
-    launches: dict[str, int] = field(default_factory=dict)
+    launches: dict[str, int] = field(default_factory=dict)  # summed over `launch_calls` checked forward calls
+    launch_calls: int = 0
     warnings: list[str] = field(default_factory=list)
     forward_ns: int = 0  # checked candidate calls: wall time of the forward calls
     kernel_ns: int = 0  # ... and the time spent inside its compiled kernels' calls
@@ -136,6 +137,7 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
         provenance.append(outputs_from_kernels(out, launches.touched()))
         for k, v in launches.snapshot().items():
             res.launches[k] = res.launches.get(k, 0) + v
+        res.launch_calls += 1
         if n == 0:
             raise Fail("rejected", f"ModelNew ran no kernel it compiled ({what}); a pure-PyTorch forward is not a "
                                    f"custom kernel [rule must-launch]")

@@ -198,7 +198,7 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
     except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
         return _verdict("runtime_error", _describe_exception("ModelNew.forward", e, str(cand_path)), **base)
     base.update(checks=res.checks, max_abs_error=res.max_abs_error, max_rel_error=res.max_rel_error,
-                kernel_launches=res.launches)
+                kernel_launches=res.launches, kernel_launch_calls=res.launch_calls)
     base["warnings"].extend(res.warnings)
     rejected = _guard_findings(state)
     if rejected:
