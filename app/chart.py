@@ -25,6 +25,20 @@ def _hover_ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.4g} ms"
 
 
+def log_ticks(low: float, high: float) -> list[float]:
+    """1-2-5 ticks covering [low, high], labelled with their full value: plotly's own minor log ticks read "5"
+    for 0.5 and for 50 alike."""
+    import math
+
+    ticks = []
+    for exponent in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1):
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10.0 ** exponent
+            if low / 2.5 <= value <= high * 2.5:
+                ticks.append(float(f"{value:.6g}"))
+    return ticks
+
+
 def _baseline_steps(points: list[dict[str, Any]], key: str, right_edge: float) -> tuple[list, list]:
     """A step line through each measurement of a baseline, held to the right edge of the plot: the newest value is
     a level the eye can read (a step line ends in a vertical tick at the last point otherwise), and a run with a
@@ -96,7 +110,9 @@ def figure(points: list[dict[str, Any]], height: int = 360) -> go.Figure:
     fig.update_xaxes(title_text="iteration", row=2, col=1, dtick=1, range=[min(indexes) - 0.5, right_edge])
     times = [p[k] for p in points for k in ("candidate_ms", "eager_ms", "compiled_ms") if p[k]]
     if times and max(times) / min(times) > 20:  # a kernel 40x faster than eager is a dot on the floor otherwise
-        fig.update_yaxes(title_text="ms per forward (log)", type="log", row=1, col=1)
+        ticks = log_ticks(min(times), max(times))
+        fig.update_yaxes(title_text="ms per forward (log)", type="log", row=1, col=1, tickvals=ticks,
+                         ticktext=[f"{t:g}" for t in ticks])
     else:
         fig.update_yaxes(title_text="ms per forward", row=1, col=1, rangemode="tozero")
     top = max([p["speedup_vs_eager"] or 0 for p in points] + [p["speedup_vs_compiled"] or 0 for p in points] + [1.0])

@@ -74,3 +74,24 @@ def kernel_sources(program: str) -> list[tuple[str, int, str]]:
                 found.append((names.get(id(node), "kernel source"), first, text.strip("\n")))
     found.sort(key=lambda item: item[1])
     return found
+
+
+_DIFF_STYLE = """<style>
+table.diff {font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12px; border-collapse: collapse;
+            width: 100%; table-layout: fixed}
+table.diff td {padding: 0 4px; vertical-align: top; white-space: pre-wrap; word-break: break-all}
+table.diff td.diff_header {color: #868e96; text-align: right; width: 3em}
+table.diff td.diff_next {display: none}
+table.diff th {display: none}
+.diff_add {background: #d3f9d8} .diff_chg {background: #fff3bf} .diff_sub {background: #ffe3e3}
+</style>"""
+
+
+def side_by_side_diff(old: str, new: str, context: int = 3) -> str:
+    """Two programs side by side as an HTML table, changed lines highlighted (green added, yellow changed, red
+    removed), unchanged stretches folded to `context` lines."""
+    import difflib
+
+    table = difflib.HtmlDiff(tabsize=4, wrapcolumn=90).make_table(
+        old.splitlines(), new.splitlines(), context=True, numlines=context)
+    return _DIFF_STYLE + table

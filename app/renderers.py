@@ -108,13 +108,15 @@ def program_extracted(event: dict, ctx: RenderContext) -> None:
     if data.get("notes"):
         st.caption(data["notes"])
     kernels = kernel_sources(code)
-    with_kernels = f", with {len(kernels)} kernel source{'s' if len(kernels) > 1 else ''}" if kernels else ""
-    st.markdown(f"**Program** (Python{with_kernels})")
-    _html(to_html(code, data.get("language") or "python"))
+    # The kernels first: they are what changes from one iteration to the next; the Python around them (helpers,
+    # launch set-up) follows as the whole program.
     for name, first_line, source in kernels:
         st.markdown(f"**Kernel source** `{name}` ({ctx.kernel_language}, program lines {first_line}–"
                     f"{first_line + source.count(chr(10))})")
         _html(to_html(source, ctx.kernel_language, first_line=first_line))
+    with_kernels = f", with the kernel source{'s' if len(kernels) > 1 else ''} above" if kernels else ""
+    st.markdown(f"**Whole program** (Python{with_kernels})")
+    _html(to_html(code, data.get("language") or "python"))
     index = event.get("iteration")
     st.download_button("Download this program", code, file_name=f"iteration_{index}.py", mime="text/x-python",
                        key=f"dl-{event['seq']}", icon=":material/download:", on_click="ignore")

@@ -54,6 +54,9 @@ class RunState:
     last_event: dict | None = None
     tokens_prompt: int = 0
     tokens_completion: int = 0
+    # [start ts, end ts or None] per working session (created / each resume, until finished or interrupted): the
+    # run's wall time leaves out the idle time between a cancel and a resume
+    sessions: list[list] = field(default_factory=list)
 
     def iteration(self, index: int) -> IterationState:
         it = self.iterations.get(index)
@@ -142,6 +145,12 @@ def _append_merging_tokens(events: list[dict], event: dict) -> None:
 @folds(EventKind.RUN_CREATED)
 def _run_created(state: RunState, event: dict, it: IterationState | None) -> None:
     state.created = event["data"]
+    state.sessions.append([event.get("ts"), None])
+
+
+def _end_session(state: RunState, event: dict) -> None:
+    if state.sessions and state.sessions[-1][1] is None:
+        state.sessions[-1][1] = event.get("ts")
 
 
 @folds(EventKind.PASS_STARTED)
@@ -231,11 +240,19 @@ def _usage(state: RunState, event: dict, it: IterationState | None) -> None:
 @folds(EventKind.RUN_FINISHED)
 def _finished(state: RunState, event: dict, it: IterationState | None) -> None:
     state.finished = event["data"]
+    _end_session(state, event)
+
+
+@folds(EventKind.RUN_INTERRUPTED)
+def _interrupted(state: RunState, event: dict, it: IterationState | None) -> None:
+    _end_session(state, event)
 
 
 @folds(EventKind.RUN_RESUMED)
 def _resumed(state: RunState, event: dict, it: IterationState | None) -> None:
     state.finished = None
+    _end_session(state, event)
+    state.sessions.append([event.get("ts"), None])
 
 
 def chart_points(state: RunState) -> list[dict[str, Any]]:

@@ -254,10 +254,21 @@ def _resume(run: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------------------------------------- totals
 
-def _wall_s(run: dict[str, Any], live: bool) -> float | None:
+def _wall_s(run: dict[str, Any], state: RunState, live: bool) -> float | None:
+    """Time the run spent working: the sum of its sessions (created, each resume), not the idle time between a
+    cancel and a resume. Without session events (an old record) the span from creation to the end."""
+    now = dt.datetime.now(dt.timezone.utc)
+    total, counted = 0.0, False
+    for start_ts, end_ts in state.sessions:
+        start = parse_ts(start_ts)
+        end = parse_ts(end_ts) or (now if live else parse_ts(run.get("finished_at") or run.get("updated_at")))
+        if start and end:
+            total += max(0.0, (end - start).total_seconds())
+            counted = True
+    if counted:
+        return total
     start = parse_ts(run.get("created_at"))
-    end = parse_ts(run.get("finished_at")) or (dt.datetime.now(dt.timezone.utc) if live
-                                               else parse_ts(run.get("updated_at")))
+    end = parse_ts(run.get("finished_at")) or (now if live else parse_ts(run.get("updated_at")))
     return (end - start).total_seconds() if start and end else None
 
 
@@ -293,8 +304,9 @@ def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
         cols[4].metric("Tokens", f"{fmt_tokens(prompt_tokens)} / {fmt_tokens(completion_tokens)}",
                        help="prompt / completion tokens, all agents" + ("" if cost else
                             "; set prices per 1M tokens in Settings to see the cost"))
-    cols[5].metric("Wall time", fmt_duration(_wall_s(run, live)),
-                   help=f"cost {cost}" if cost else "set prices per 1M tokens in Settings to see the cost")
+    cols[5].metric("Wall time", fmt_duration(_wall_s(run, state, live)),
+                   help="time the run spent working (not the idle time between a cancel and a resume)"
+                        + (f"; cost {cost}" if cost else ""))
     if cost:
         st.caption(f"Cost so far: **{cost}** (at your prices per 1M tokens from Settings)")
 

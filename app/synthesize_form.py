@@ -59,6 +59,26 @@ class ProblemChoice:
     has_cpu_sizes: bool = False
 
 
+GALLERY_LEVELS_HELP = ("Level 1: single operators; level 2: a matrix product or convolution with elementwise "
+                       "epilogues (fusion problems); level 3: small blocks of several layers.")
+
+
+def cpu_sizes(source: str) -> dict[str, Any]:
+    """A gallery module's `CPU_SIZES` literal (the sizes the CPU target uses), read statically; {} if none."""
+    try:
+        tree = parse_ast(source)
+    except SyntaxError:
+        return {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CPU_SIZES" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return {}
+            return value if isinstance(value, dict) else {}
+    return {}
+
+
 def has_cpu_sizes(source: str) -> bool:
     """Whether the module defines a gallery-style `CPU_SIZES` dict (the "cpu" size class), read statically."""
     try:
@@ -110,15 +130,26 @@ def problem_section() -> ProblemChoice | None:
         if not gallery:
             st.warning("The gallery is empty (assets/problems/ is missing).")
             return None
-        by_name = {p.name: p for p in gallery}
+        levels = sorted({p.level for p in gallery})
+        level = st.segmented_control("Level", levels, default=levels[0], required=True, key="kf-gallery-level",
+                                     persist_state="session", format_func=lambda lv: f"Level {lv} "
+                                     f"({sum(p.level == lv for p in gallery)})",
+                                     help=GALLERY_LEVELS_HELP)
+        by_name = {p.name: p for p in gallery if p.level == level}
+
         def describe(n: str) -> str:
             p = by_name[n]
-            return f"Level {p.level} · {p.title}" + (f" — {p.description}" if p.description else "")
+            return p.title + (f" — {p.description}" if p.description else "")
 
-        picked = st.selectbox("Gallery problem", list(by_name), key="kf-gallery", persist_state="session",
+        picked = st.selectbox("Gallery problem", list(by_name), key=f"kf-gallery:{level}", persist_state="session",
                               format_func=describe)
         problem = by_name[picked]
         source, name = problem.source, picked.replace("/", "_")
+        sizes = cpu_sizes(source)
+        if sizes:
+            st.caption("Sizes: on the CPU target (problem sizes \"auto\") its `CPU_SIZES`, "
+                       + ", ".join(f"{k}={v}" for k, v in sizes.items())
+                       + "; on GPU targets the file's own sizes (see the source).")
         with st.expander("Source"):
             st.html(to_html(source, "python"))
     else:
@@ -333,7 +364,20 @@ def budget_section() -> dict[str, Any]:
                                persist_state="session", help="prompt + completion tokens; 0 = no limit")
     values["max_wall_s"] = float(minutes * 60) if minutes else None
     values["max_total_tokens"] = int(tokens) if tokens else None
+    st.caption(budget_text(values))
     return values
+
+
+def budget_text(values: dict[str, Any]) -> str:
+    """The budgets in words, with "no limit" where a 0 means none."""
+    k = values["best_of_k"]
+    steps = values["max_functional_iters"] + values["max_optimization_iters"]
+    per_step = f" × {k} programs a step" if k > 1 else ""
+    wall = values["max_wall_s"]
+    tokens = values["max_total_tokens"]
+    return (f"At most {steps * k} iterations ({values['max_functional_iters']} functional + "
+            f"{values['max_optimization_iters']} optimization steps{per_step}); time: "
+            f"{'no limit' if not wall else f'{wall / 60:g} min'}; tokens: {'no limit' if not tokens else f'{tokens:,}'}.")
 
 
 def advanced_section(choice: ProblemChoice | None, target: services.TargetInfo | None) -> dict[str, Any]:

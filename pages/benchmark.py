@@ -35,12 +35,38 @@ st.caption("Results written by `python -m kforge_core bench --suite gallery --ta
            "(any suite: the gallery, a level, a KernelBench checkout). fast_p is the share of all problems that "
            "are correct and more than p× faster than the baseline.")
 
+def _gallery_counts() -> dict[str, int]:
+    levels = sorted(p for p in (ROOT / "assets" / "problems").glob("level*") if p.is_dir())
+    counts = {f"gallery:{p.name}": len(list(p.glob("*.py"))) for p in levels}
+    return {"gallery": sum(counts.values()), **counts}
+
+
+def _bench_command_box(wall_per_problem_s: float | None) -> None:
+    """A benchmark starts from the command line (it runs for minutes to hours, detached from any page): the command
+    for the chosen suite, ready to copy, with a rough time from the results open below when there are some."""
+    with st.expander("Run a benchmark", icon=":material/terminal:"):
+        counts = _gallery_counts()
+        suite = st.selectbox("Suite", list(counts), index=1 if len(counts) > 1 else 0, key="kf-bench-suite",
+                             format_func=lambda k: f"{k} ({counts[k]} problems)")
+        out = f"bench/out/{suite.replace(':', '_')}"
+        st.code(f"python -m kforge_core bench --suite {suite} --target cpu --agent builtin --out {out}",
+                language="bash")
+        if wall_per_problem_s:
+            minutes = counts[suite] * wall_per_problem_s / 60
+            st.caption(f"About {minutes:.0f} min at the {wall_per_problem_s:.0f} s per problem of the results open "
+                       "below. Re-running the same command resumes; open the folder here when it is done.")
+        else:
+            st.caption("Each problem runs the full loop (several evaluations): minutes per problem on a 2-core "
+                       "CPU. Re-running the same command resumes; open the folder here when it is done.")
+
+
 options = _candidates()
 typed = st.text_input("Results folder (holding results.json)", value=options[0] if options else "",
                       key="kf-bench-dir", placeholder="bench/out")
 if options:
     st.caption("Found: " + ", ".join(f"`{o}`" for o in options))
 if not typed.strip():
+    _bench_command_box(None)
     st.info("No benchmark results yet. Run `python -m kforge_core bench --suite gallery --target cpu "
             "--agent builtin --out bench/out` and open `bench/out` here.", icon=":material/leaderboard:")
     st.stop()
@@ -56,6 +82,8 @@ except (OSError, ValueError, KeyError, TypeError) as exc:
     st.error(f"`{results_file}` is not a KForge benchmark result: {exc}", icon=":material/error:")
     st.stop()
 
+walls = sorted(r["wall_s"] for r in records if isinstance(r.get("wall_s"), (int, float)))
+_bench_command_box(walls[len(walls) // 2] if walls else None)
 st.markdown(" · ".join(f"**{k}**: {v}" for k, v in meta.items() if v not in (None, "")))
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Correct", f"{summary['correct']}/{summary['problems']}",

@@ -11,7 +11,7 @@ import streamlit as st
 
 from app import services
 from app.formatting import fmt_ms, fmt_x, verdict_badge
-from app.highlight import to_html
+from app.highlight import side_by_side_diff, to_html
 from kforge_core.errors import KForgeError
 
 st.title("Compare programs")
@@ -99,16 +99,31 @@ elif a.get("candidate_ms") and b.get("candidate_ms"):
     st.caption("Each program was timed in its own evaluation; each speedup is against eager PyTorch timed in that "
                "same evaluation, so the speedups are the fairer comparison when the machine was busy.")
 
-tab_side, tab_diff = st.tabs(["Side by side", "Diff (A → B)"])
+# The diff reads from the older program to the newer one (within a run: the lower iteration first), so an
+# optimization's additions read as additions whichever side was picked as A.
+older, newer = (b, a) if (a["run"]["id"] == b["run"]["id"] and b["index"] < a["index"]) else (a, b)
+older_label, newer_label = ("B", "A") if older is b else ("A", "B")
+tab_diff, tab_side, tab_unified = st.tabs([f"Side-by-side diff ({older_label} → {newer_label})", "Programs",
+                                           f"Unified diff ({older_label} → {newer_label})"])
+with tab_diff:
+    if older["code"] == newer["code"]:
+        st.info("The two programs are identical.")
+    else:
+        st.caption(f"Left: {older_label} ({older['run']['problem_name']} #{older['index']}), right: {newer_label} "
+                   f"({newer['run']['problem_name']} #{newer['index']}); green added, yellow changed, red removed; "
+                   "unchanged stretches folded.")
+        st.html(side_by_side_diff(older["code"], newer["code"]))
 with tab_side:
     c1, c2 = st.columns(2, gap="small")
     for column, label, p in ((c1, "A", a), (c2, "B", b)):
         with column:
             st.markdown(f"**{label}**: {p['run']['problem_name']} #{p['index']} {verdict_badge(p.get('status'))}")
             st.html(to_html(p["code"], "python"))
-with tab_diff:
-    diff = "".join(difflib.unified_diff(a["code"].splitlines(True), b["code"].splitlines(True),
-                                        f"A_{a['run']['id']}_{a['index']}.py", f"B_{b['run']['id']}_{b['index']}.py"))
+with tab_unified:
+    diff = "".join(difflib.unified_diff(
+        older["code"].splitlines(True), newer["code"].splitlines(True),
+        f"{older_label}_{older['run']['id']}_{older['index']}.py",
+        f"{newer_label}_{newer['run']['id']}_{newer['index']}.py"))
     if diff:
         st.html(to_html(diff, "diff", line_numbers=False))
     else:

@@ -158,3 +158,24 @@ def test_activity_log_shows_the_newest_entries(finished_run, use_targets):
     body = texts(at)
     assert f"{len(feed) - FEED_SHOWN} earlier entries not shown" in body
     assert f"run-level error {FEED_SHOWN - 1}" in body and "run-level error 0" in body  # 0 is among the newest 60
+
+
+def test_wall_time_leaves_out_the_idle_gap_between_cancel_and_resume():
+    import datetime as dt
+
+    from app.run_state import RunState, apply
+    from app.run_view import _wall_s
+
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def ev(seq, kind, minutes):
+        return {"seq": seq, "kind": kind, "iteration": None, "data": {}, "ts": (t0 + dt.timedelta(minutes=minutes))
+                .isoformat()}
+
+    # 2 minutes of work, cancelled, 60 minutes idle, resumed, 3 more minutes of work
+    state = apply(RunState("r"), [ev(1, "run_created", 0), ev(2, "run_finished", 2), ev(3, "run_resumed", 62),
+                                  ev(4, "run_finished", 65)])
+    run = {"created_at": t0.isoformat(), "finished_at": (t0 + dt.timedelta(minutes=65)).isoformat()}
+    assert _wall_s(run, state, live=False) == 5 * 60
+    # an old record with no session events: the span, as before
+    assert _wall_s(run, RunState("r"), live=False) == 65 * 60

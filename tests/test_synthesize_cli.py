@@ -229,3 +229,23 @@ def test_progress_marks_the_models_thinking_and_warnings():
     lines = out.getvalue().splitlines()
     assert lines == ["  [thinking]", "hmm, tiling?", "  [answer]", "Here it is.",
                      "  [0] warning: the server cut the prompt"]
+
+
+def test_progress_says_a_missing_program_once_and_the_real_stop_reason():
+    """Issue 23: each no_program iteration was printed twice (its reason as "no program" and as "no_program")."""
+    import io
+
+    from kforge_core.cli.synthesize_cmd import ProgressPrinter, final_line
+    from kforge_core.loop_events import IterationFinished, ProgramMissing, RunFinished
+
+    out = io.StringIO()
+    printer = ProgressPrinter(out)
+    why = "the analysis recommended no move from the built-in catalogue"
+    printer(ProgramMissing(iteration=5, error=why))
+    printer(IterationFinished(iteration=5, pass_name="optimization", status="no_program", reason=why))
+    printer(IterationFinished(iteration=6, pass_name="optimization", status="no_program", reason="stopped"))
+    printer(RunFinished(status="succeeded", stop_reason=why, best_iteration=1))
+    lines = out.getvalue().splitlines()
+    assert lines == [f"  [5] no program: {why}", "  [6] no_program: stopped"]
+    summary = {"run_id": "r1", "status": "succeeded", "best": None, "error": None, "stop_reason": printer.stop_reason}
+    assert final_line(summary) == f"run r1 succeeded (stopped: {why})"

@@ -72,6 +72,25 @@ def test_finished_run_opens_on_its_best_with_honest_chart(page, app_server, seed
     page.locator(CHART).first.screenshot(path=str(ARTIFACTS / "browser_chart_mixed.png"))
 
 
+def test_result_and_profile_tabs_say_what_was_measured(page, app_server, seeded):
+    open_run(page, app_server, seeded["mixed"])
+    page.get_by_text("Iteration #2").wait_for()
+    page.get_by_role("tab", name="Result").click()
+    page.get_by_text(re.compile("Kernel launches per forward")).wait_for()
+    body = page.inner_text("body")
+    assert "Kernel launches per forward: swish_bias × 1 (counted over 6 checked calls)" in body, body[-3000:]
+    page.get_by_role("tab", name="Profile").click()
+    page.get_by_text(re.compile("no matrix product or convolution")).wait_for()
+    body = page.inner_text("body")
+    assert "0 FLOPs" not in body and "unknown stays unknown" not in body
+    grid = page.locator("[data-testid=stDataFrame]").first
+    grid.wait_for()
+    # the grid draws on a canvas; its accessible table (what a screen reader reads) holds the cell texts
+    cells = grid.locator("[role=gridcell]").all_text_contents()
+    assert "mul+sigmoid+add (swish_bias)" in cells and "kforge::swish_bias" not in cells, cells
+    no_traceback(page)
+
+
 def test_single_iteration_run_draws_both_baselines_and_says_slower(page, app_server, seeded):
     open_run(page, app_server, seeded["single"])
     body = page.inner_text("body")
@@ -83,6 +102,10 @@ def test_single_iteration_run_draws_both_baselines_and_says_slower(page, app_ser
         "els => els.map(e => e.getBBox().width)")
     assert len(widths) >= 3 and sorted(widths)[-2] > 100, widths
     assert bar_fills(page) == [RED]
+    # the time axis is logarithmic here: every tick says its own value (not "5" for 0.5 and 50 alike)
+    ticks = [t.replace("\u2009", "") for t in page.locator(f"{CHART} .yaxislayer-above .ytick text").all_text_contents()]
+    times = [float(t) for t in ticks if not t.endswith("×") and t]
+    assert {5.0, 10.0, 20.0, 50.0} <= set(times) and len(set(times)) == len(times), ticks
     no_traceback(page)
 
 
@@ -206,4 +229,30 @@ def test_what_the_builtin_cannot_write_is_said_before_start(page, app_server):
     alert = page.locator("[data-testid=stAlert]").filter(has_text="cannot write this module").inner_text()
     assert "cumsum" in alert, alert
     assert page.get_by_role("button", name=re.compile("Start synthesis")).is_disabled()
+    no_traceback(page)
+
+
+def test_compare_reads_older_to_newer_side_by_side(page, app_server, seeded):
+    run_id = seeded["mixed"]
+    # A is the newer program (the best, #2), B the older (#1): the diff still reads #1 -> #2
+    page.goto(f"{app_server.url}/compare?a={run_id}:2&b={run_id}:1")
+    tab = page.get_by_role("tab", name=re.compile(r"Side-by-side diff \(B → A\)"))
+    tab.wait_for()
+    table = page.locator("table.diff")
+    table.wait_for()
+    added = table.locator(".diff_add")
+    assert added.count() >= 1
+    assert "kforge-builtin" in " ".join(added.all_text_contents())  # the line #2 added reads as an addition
+    assert added.first.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(211, 249, 216)"
+    no_traceback(page)
+
+
+def test_gallery_is_grouped_by_level_with_the_sizes_used(page, app_server):
+    page.goto(app_server.url)
+    page.get_by_text("Synthesize a kernel").wait_for()
+    page.get_by_text("Gallery", exact=True).click()
+    page.get_by_text(re.compile(r"^Level 2 \(\d+\)$")).click()
+    page.get_by_text(re.compile(r"^level2_\w+: Model, get_inputs")).wait_for()  # the first level-2 problem
+    caption = page.get_by_text(re.compile(r"Sizes: on the CPU target")).inner_text()
+    assert re.search(r"CPU_SIZES\s*, \w+=\d+", caption) and "GPU targets the file's own sizes" in caption, caption
     no_traceback(page)
