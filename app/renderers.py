@@ -403,9 +403,10 @@ def iteration_finished(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     speed = f" · {fmt_x(d['speedup_vs_eager'])} vs eager" if d.get("speedup_vs_eager") is not None else ""
     reason = d.get("reason") or ""
-    if len(reason) > 140:
-        reason = reason[:139] + "…"
-    _line(event, f"#{d.get('index')} {verdict_badge(d.get('status'))}{speed} {reason}")
+    short = reason if len(reason) <= 140 else reason[:139] + "…"
+    _line(event, f"#{d.get('index')} {verdict_badge(d.get('status'))}{speed} {short}")
+    if short != reason:  # the whole reason one click away, in the log itself
+        _html(f"<details class='kf-more'><summary>whole reason</summary>{plain_html(reason)}</details>")
 
 
 @renders(EventKind.BEST_UPDATED)

@@ -48,6 +48,12 @@ def speedup_figure(records: list[dict]) -> go.Figure:
             marker=dict(color=colour, line=dict(color=[_GAIN if (y or 1) >= 1 else _LOSS for y in ys], width=2)),
             text=[f"{y:.2f}×" if y else "" for y in ys], textposition="outside", cliponaxis=False,
             customdata=[y for y in ys], hovertemplate="%{x}: %{customdata:.2f}× " + _LABEL[b] + "<extra></extra>"))
+    failed = [r["problem"] for r in records if not r.get("correct")]
+    if failed:  # a problem without a correct program has no speedup: marked on the 1x line, not left blank
+        fig.add_trace(go.Scatter(x=failed, y=[1.0] * len(failed), mode="markers+text", name="no correct program",
+                                 marker=dict(symbol="x", size=11, color=_LOSS), text=["no correct program"] *
+                                 len(failed), textposition="bottom center", textfont=dict(color=_LOSS),
+                                 hovertemplate="%{x}: no correct program<extra></extra>"))
     ticks = speedup_ticks(values)
     fig.add_hline(y=1.0, line_dash="dot", line_color="#495057")
     fig.add_annotation(text="1× (no change)", xref="paper", x=1.0, xanchor="right", y=0, yref="y",

@@ -204,7 +204,8 @@ def seed_mixed_run(store: RunStore, problem_name: str = "sigmoid_mixed") -> str:
     add_correct_iteration(store, run_id, 3, "optimization", PROGRAM_V2 + "\n# v4\n", PROGRAM_V2, ms=20.0, eager=4.8,
                           compiled=3.0)
     store.start_iteration(run_id, 4, "optimization")
-    reason = "no recommended move changes this program (applied: fuse, parallelize_rows); nothing left to try"
+    reason = ("no recommended move changes this program (applied: fuse, parallelize_rows, vectorize, block_shape, "
+              "unroll; built with no change: fuse); nothing left to try")
     store.append_event(run_id, "program_missing", {"iteration": 4, "error": reason, "reply_excerpt": ""}, 4)
     store.finish_iteration(run_id, 4, "no_program", reason=reason)
     store.finish_run(run_id, "succeeded")

@@ -68,6 +68,10 @@ def test_finished_run_opens_on_its_best_with_honest_chart(page, app_server, seed
     marker = page.locator(f"{CHART} .scatterlayer .trace .points path").evaluate_all(
         "els => els.map(e => getComputedStyle(e).stroke)")
     assert GREY in marker  # the no-program circle
+    # the activity log cuts long reasons, and keeps the whole one a click away
+    more = page.locator("details.kf-more").last
+    more.locator("summary").click()
+    assert "built with no change: fuse); nothing left to try" in more.inner_text()
     no_traceback(page)
     page.locator(CHART).first.screenshot(path=str(ARTIFACTS / "browser_chart_mixed.png"))
 
@@ -183,6 +187,7 @@ def test_benchmark_chart_reads_slowdowns_as_slowdowns(browser, bench_server):
     assert abs(bottom - line_y) < 4 and top < line_y - 20, (top, bottom, line_y)
     label = chart.locator(".annotation").filter(has_text="1× (no change)").bounding_box()
     assert abs((label["y"] + label["height"]) - line_y) < 8, (label, line_y)  # sits on its line
+    assert "no correct program" in chart.locator(".scatterlayer .textpoint").all_text_contents()  # 18_conv2d
     body = page.inner_text("body")
     assert "↑" not in body.split("Correct")[1][:40]  # no "+100 %" delta on a count
     page.screenshot(path=str(ARTIFACTS / "browser_benchmark.png"), full_page=True)
