@@ -68,7 +68,7 @@ def _validate(request: dict) -> dict:
 def _builtin_coverage(problem, target: str, size_class: str | None) -> dict:
     """What the built-in synthesizer writes for this problem on `target` (its first candidate: what it covers and
     what stays in PyTorch), or why it cannot write one, so the form can say so before a run starts."""
-    from kforge_core.agents.builtin import BuiltinGenerationAgent
+    from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
 
     agent = BuiltinGenerationAgent(size_class=size_class or "auto")
     result = agent.synthesize(problem.source, target, problem_name=problem.name)

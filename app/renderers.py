@@ -31,7 +31,7 @@ EMPTY = {
     "Analysis": "No recommendations for this iteration (the analysis agent runs after a profiled, correct program).",
     "Model I/O": "No prompt or model output recorded for this iteration.",
 }
-# kforge_core.loop_types.STOPPED: the reason's start when the run stopped before the iteration got a program (the
+# kforge_core.loop.types.STOPPED: the reason's start when the run stopped before the iteration got a program (the
 # app reads the store only; importing the loop would pull in the LLM client).
 STOPPED = "stopped before a verdict"
 TAIL_CHARS = 4000  # how much of a stream the "writing now" box shows
@@ -260,7 +260,7 @@ def profile(event: dict, ctx: RenderContext) -> None:
             st.error(roof["suspicious"], icon=":material/report:")
 
 
-# The built-in synthesizer's marker line (kforge_core.agents.builtin.schedule.MARKER): its kernels' names and the
+# The built-in synthesizer's marker line (kforge_core.synth.schedule.MARKER): its kernels' names and the
 # ops each computes. Read here with a regex: the app does not import the synthesizer.
 _MARKER = re.compile(r"^# kforge-builtin: (\{.*\})\s*$", re.M)
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kforge_core.agents.builtin import build_agents
-from kforge_core.agents.builtin.schedule import read_marker
+from kforge_core.agents.factory import build_agents
+from kforge_core.eval.verdict import Timing, Verdict
 from kforge_core.loop import RunConfig, Synthesis, create_run, execute_run, summarize_run
 from kforge_core.platform import get_platform
 from kforge_core.store import open_store
-from kforge_core.verdict import Timing, Verdict
+from kforge_core.synth.schedule import read_marker
 
 if not get_platform("cpu").availability().ok:  # pragma: no cover - CI has g++
     pytest.skip("no C++ compiler", allow_module_level=True)

@@ -236,7 +236,7 @@ def test_progress_says_a_missing_program_once_and_the_real_stop_reason():
     import io
 
     from kforge_core.cli.synthesize_cmd import ProgressPrinter, final_line
-    from kforge_core.loop_events import IterationFinished, ProgramMissing, RunFinished
+    from kforge_core.loop.events import IterationFinished, ProgramMissing, RunFinished
 
     out = io.StringIO()
     printer = ProgressPrinter(out)
