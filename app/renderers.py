@@ -404,7 +404,9 @@ def iteration_finished(event: dict, ctx: RenderContext) -> None:
     speed = f" · {fmt_x(d['speedup_vs_eager'])} vs eager" if d.get("speedup_vs_eager") is not None else ""
     reason = d.get("reason") or ""
     short = reason if len(reason) <= 140 else reason[:139] + "…"
-    _line(event, f"#{d.get('index')} {verdict_badge(d.get('status'))}{speed} {short}")
+    which = f"#{d['first_index']}–#{d.get('index')}" if d.get("repeats") else f"#{d.get('index')}"
+    times = f" (×{d['repeats']})" if d.get("repeats") else ""
+    _line(event, f"{which} {verdict_badge(d.get('status'))}{times}{speed} {short}")
     if short != reason:  # the whole reason one click away, in the log itself
         _html(f"<details class='kf-more'><summary>whole reason</summary>{plain_html(reason)}</details>")
 

@@ -261,3 +261,22 @@ def chart_points(state: RunState) -> list[dict[str, Any]]:
                  candidate_ms=it.candidate_ms, eager_ms=it.eager_ms, compiled_ms=it.compiled_ms,
                  speedup_vs_eager=it.speedup_vs_eager, speedup_vs_compiled=it.speedup_vs_compiled, reason=it.reason)
             for it in state.ordered]
+
+
+def collapse_repeats(feed: list[dict]) -> list[dict]:
+    """The activity log with runs of iterations that ended the same way (status and reason) folded into one entry:
+    its `data` gains `first_index` and `repeats`, so "#3–#5 no program (×3): the same reason" reads once."""
+    out: list[dict] = []
+    for event in feed:
+        prev = out[-1] if out else None
+        if (prev is not None and event["kind"] == prev["kind"] == EventKind.ITERATION_FINISHED
+                and all((event["data"] or {}).get(k) == (prev["data"] or {}).get(k) for k in ("status", "reason"))
+                and (event["data"] or {}).get("status") != "correct"):
+            data = dict(prev["data"])
+            data.setdefault("first_index", data.get("index"))
+            data["repeats"] = data.get("repeats", 1) + 1
+            data["index"] = (event["data"] or {}).get("index")
+            out[-1] = dict(event, data=data)
+        else:
+            out.append(event)
+    return out

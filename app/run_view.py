@@ -27,7 +27,7 @@ from .formatting import (fmt_cost, fmt_duration, fmt_ms, fmt_tokens, fmt_when, f
                          run_badge, verdict_badge, verdict_icon)
 from .navigation import page_path
 from .renderers import EMPTY, TABS, RenderContext, order_of, render, tab_of
-from .run_state import RunState, apply, chart_points
+from .run_state import RunState, apply, chart_points, collapse_repeats
 
 LIVE_STATUSES = ("queued", "running")
 BUILTIN_LABEL = "built-in, rule-based (no LLM)"
@@ -47,7 +47,14 @@ def show(run_id: str) -> None:
                  "belongs to another KForge installation (KFORGE_DB).", icon=":material/search_off:")
         return
     live = status in LIVE_STATUSES or _resume_pending(run_id, status)
+    if live:
+        # A poll reruns the view every POLL_INTERVAL_S; Streamlit fades the elements of a rerun in progress
+        # ("stale") after a moment, so under load the whole view blinked. Here a rerun only brings newer data.
+        st.html(f"<style>{NO_STALE_FADE_CSS}</style>")
     st.fragment(_body, run_every=services.POLL_INTERVAL_S if live else None)(run_id, live)
+
+
+NO_STALE_FADE_CSS = ".stElementContainer[data-stale='true'] {opacity: 1 !important; transition: none !important}"
 
 
 # A resumed run is live before its worker says so: the worker process takes seconds to start and mark the run
@@ -113,8 +120,11 @@ def _body(run_id: str, was_live: bool) -> None:
     _header(run, state, live, pending)
     _totals(run, state, live)
     selected = _timeline(run, state)
-    if live and state.streaming is not None:
-        _writing_box(state)
+    # Always the same slot for the "writing now" box, filled or not: an element that comes and goes shifts every
+    # element after it, and Streamlit then briefly shows old elements in new places (a ghost Activity panel).
+    with st.container(key=f"kf-writing:{run_id}"):
+        if live and state.streaming is not None:
+            _writing_box(state)
     left, right = st.columns([3, 2], gap="medium")
     with left:
         points = chart_points(state)
@@ -128,10 +138,11 @@ def _body(run_id: str, was_live: bool) -> None:
         with st.container(height=330, autoscroll=True):
             if not state.feed:
                 st.caption("Nothing yet.")
-            hidden = len(state.feed) - FEED_SHOWN
+            feed = collapse_repeats(state.feed)
+            hidden = len(feed) - FEED_SHOWN
             if hidden > 0:
                 st.caption(f"{hidden} earlier entries not shown; every iteration is in the timeline above.")
-            for event in state.feed[-FEED_SHOWN:]:
+            for event in feed[-FEED_SHOWN:]:
                 render(event, RenderContext(state=state, kernel_language=ctx.kernel_language, compact=True,
                                             builtin=builtin))
     if selected is not None:

@@ -179,3 +179,18 @@ def test_wall_time_leaves_out_the_idle_gap_between_cancel_and_resume():
     assert _wall_s(run, state, live=False) == 5 * 60
     # an old record with no session events: the span, as before
     assert _wall_s(run, RunState("r"), live=False) == 65 * 60
+
+
+def test_activity_folds_iterations_that_ended_the_same_way():
+    from app.run_state import collapse_repeats
+
+    def fin(seq, index, status, reason):
+        return {"seq": seq, "kind": "iteration_finished", "iteration": index,
+                "data": {"index": index, "status": status, "reason": reason}}
+
+    feed = [fin(1, 0, "correct", "ok"), fin(2, 1, "correct", "ok"), fin(3, 2, "no_program", "same"),
+            fin(4, 3, "no_program", "same"), fin(5, 4, "no_program", "same"), fin(6, 5, "no_program", "other")]
+    out = collapse_repeats(feed)
+    assert [(e["data"]["index"], e["data"].get("first_index"), e["data"].get("repeats")) for e in out] == [
+        (0, None, None), (1, None, None), (4, 2, 3), (5, None, None)]  # correct ones are never folded
+    assert feed[2]["data"] == {"index": 2, "status": "no_program", "reason": "same"}  # the state is not changed

@@ -118,6 +118,8 @@ def test_all_failed_run_says_so_and_offers_no_pointless_resume(page, app_server,
     note = page.locator(f"{CHART} .annotation-text").all_text_contents()
     assert "No correct program: 2 of 2 iterations judged, none correct" in note, note
     assert "failed" in legend(page)
+    # the two identical build failures read once in the activity log
+    assert re.search(r"#0–#1\s+build failed\s+\(×2\)", page.inner_text("body")), page.inner_text("body")[-1500:]
     # the built-in synthesizer failed deterministically: Resume could change nothing, so it is not offered
     assert page.get_by_role("button", name="Resume").count() == 0
     no_traceback(page)
@@ -261,3 +263,4 @@ def test_gallery_is_grouped_by_level_with_the_sizes_used(page, app_server):
     caption = page.get_by_text(re.compile(r"Sizes: on the CPU target")).inner_text()
     assert re.search(r"CPU_SIZES\s*, \w+=\d+", caption) and "GPU targets the file's own sizes" in caption, caption
     no_traceback(page)
+
