@@ -377,7 +377,8 @@ def budget_text(values: dict[str, Any]) -> str:
     tokens = values["max_total_tokens"]
     return (f"At most {steps * k} iterations ({values['max_functional_iters']} functional + "
             f"{values['max_optimization_iters']} optimization steps{per_step}); time: "
-            f"{'no limit' if not wall else f'{wall / 60:g} min'}; tokens: {'no limit' if not tokens else f'{tokens:,}'}.")
+            f"{'no limit' if not wall else f'{wall / 60:g} min'}; "
+            f"tokens: {'no limit' if not tokens else f'{tokens:,}'}.")
 
 
 def advanced_section(choice: ProblemChoice | None, target: services.TargetInfo | None) -> dict[str, Any]:

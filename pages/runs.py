@@ -62,7 +62,8 @@ for run in runs:
                      unsafe_allow_html=True)
     cols[1].markdown(f"`{run['target']}`")
     cols[2].markdown(agent_label(run))
-    cols[3].markdown(run_badge(run["status"], run.get("best_speedup_vs_eager")), help=run["error"] if run.get("error") else None)
+    cols[3].markdown(run_badge(run["status"], run.get("best_speedup_vs_eager")),
+                     help=run["error"] if run.get("error") else None)
     best = run.get("best_speedup_vs_eager")
     cols[4].markdown(f"**{fmt_x(best)}** vs eager  \n<span class='kf-when'>{fmt_ms(run.get('best_candidate_ms'))}, "
                      f"{fmt_x(run.get('best_speedup_vs_compiled'))} vs compile</span>" if best is not None else "—",
