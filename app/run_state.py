@@ -77,10 +77,6 @@ class RunState:
         last = self.last_event
         return last if last is not None and last["kind"] == EventKind.TOKENS else None
 
-    def previous_code(self, index: int) -> str | None:
-        earlier = [it for it in self.ordered if it.index < index and it.code]
-        return earlier[-1].code if earlier else None
-
 
 Fold = Callable[[RunState, dict, "IterationState | None"], None]
 FOLDS: dict[str, Fold] = {}

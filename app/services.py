@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `streamlit run app/main.py` puts app/ on sys.path, not the repository root
     sys.path.insert(0, str(ROOT))
 
-from kforge_core.llm import LLMConfigError, load_settings, resolve_config, settings_path  # noqa: E402
+from kforge_core.llm import LLMConfigError, resolve_config, settings_path  # noqa: E402
 from kforge_core.llm.config import PRICE_KEYS as LLM_PRICE_KEYS  # noqa: E402
 from kforge_core.store import RunStore, open_store, resolve_db_path  # noqa: E402
 
@@ -257,13 +257,6 @@ def llm_defaults() -> tuple[Any, str | None]:
         return resolve_config(), None
     except LLMConfigError as err:
         return None, str(err)
-
-
-def saved_llm_settings() -> dict[str, Any]:
-    try:
-        return load_settings(settings_path())
-    except LLMConfigError:
-        return {}
 
 
 def mask_key(key: str | None) -> str:
