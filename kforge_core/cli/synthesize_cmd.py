@@ -361,6 +361,21 @@ class ProgressPrinter:
                 detail = detail[:299] + "…"
         self._line(f"  [{e.iteration}] {e.status}: {detail}")
 
+    def on_eval_stage(self, e) -> None:
+        where = f"[{e.iteration}] " if e.iteration is not None else ""
+        self._line(f"  {where}… {e.stage}")
+
+    def on_head_to_head(self, e) -> None:
+        if e.error:
+            self._line(f"  head to head: {e.error}")
+            return
+        self._line(f"  head to head ({e.rule}):")
+        for r in e.contenders:
+            mark = "  <- best" if r["iteration"] == e.best_iteration else ""
+            self._line(f"    [{r['iteration']}] {fmt_ms(r['candidate_ms'])} median (min {fmt_ms(r['min_ms'])}, "
+                       f"max {fmt_ms(r['max_ms'])}, {r['trials']} trials)  {fmt_x(r['speedup_vs_eager'])} vs eager"
+                       f"{mark}")
+
     def on_best_updated(self, e) -> None:
         self._line(f"  [{e.iteration}] new best: {fmt_ms(e.candidate_ms)}")
 
