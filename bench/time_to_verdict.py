@@ -96,6 +96,7 @@ def main() -> int:
             builds.append(result.get("build_s") or 0.0)
             statuses.add(result["status"])
             timings.append(result)
+            print(f"    {name}: {wall:.2f} s ({result['status']})", flush=True)  # a cut-off run keeps its rows
     for name, (walls, _, statuses, _) in rows.items():
         print(f"  {name}: median {statistics.median(walls):.2f} s ({', '.join(sorted(statuses))})", flush=True)
 

@@ -248,16 +248,21 @@ class CandidateSteps:
 
         worker = threading.Thread(target=work, daemon=True, name=f"kforge-eval-{i}")
         worker.start()
-        while True:
-            try:
-                item = stages.get(timeout=0.1)
-            except queue.Empty:
-                self._cancel_requested()  # sets the flag the evaluator polls
-                continue
-            if item is None:
-                break
-            item = dict(item)
-            yield EvalStage(iteration=i, stage=str(item.pop("stage", "")), detail=item)
+        try:
+            while True:
+                try:
+                    item = stages.get(timeout=0.1)
+                except queue.Empty:
+                    self._cancel_requested()  # sets the flag the evaluator polls
+                    continue
+                if item is None:
+                    break
+                item = dict(item)
+                yield EvalStage(iteration=i, stage=str(item.pop("stage", "")), detail=item)
+        except BaseException:  # Ctrl-C, or the consumer closed the stream: the evaluation must not run on
+            self._cancel.set()
+            worker.join(timeout=10)
+            raise
         worker.join()
         if "error" in box:
             if isinstance(box["error"], EvaluationCancelled):
