@@ -298,6 +298,8 @@ def test_best_is_the_fastest_head_to_head_and_the_summary_says_so(tmp_path):
     (done,) = [e for e in events if e.kind == "run_finished"]
     assert done.best_iteration == 0
     assert summary["best"]["iteration"] == 0
+    assert summary["best"]["candidate_ms"] == 0.30  # the head-to-head's number, not its own evaluation's 0.5
+    assert summary["best"]["speedup_vs_eager"] == pytest.approx(0.8 / 0.30)
     assert "head-to-head" in summary["best"]["chosen_by"] and "top 3" in summary["best"]["chosen_by"]
     assert [r["iteration"] for r in summary["best"]["head_to_head"]["contenders"]] == [1, 2, 0]
 

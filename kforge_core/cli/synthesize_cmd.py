@@ -250,6 +250,8 @@ def final_line(summary: dict, printed_errors: set[str] | frozenset[str] = frozen
                  f"{fmt_x(best['speedup_vs_eager'])} vs eager")
         if best["speedup_vs_compiled"] is not None:
             line += f", {fmt_x(best['speedup_vs_compiled'])} vs torch.compile"
+        if best.get("chosen_by"):
+            line += f" [{best['chosen_by']}]"
     elif summary.get("error") and not _already_printed(summary["error"], printed_errors):
         line += f": {summary['error']}"
     stop = summary.get("stop_reason")

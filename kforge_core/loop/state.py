@@ -118,6 +118,13 @@ def summarize_run(store: RunStore, run_id: str) -> dict[str, Any]:
                              "the fastest median among the run's separate evaluations (no head-to-head was run"
                              + (f": {contest[-1]['error']}" if contest else "") + ")")
         best["head_to_head"] = contest[-1] if contest else None
+        row = next((r for r in (contest[-1].get("contenders") or []) if r.get("iteration") == best["iteration"]),
+                   None) if contest else None
+        if row:  # the numbers the choice was made on, measured side by side
+            best.update(candidate_ms=row["candidate_ms"], speedup_vs_eager=row["speedup_vs_eager"],
+                        speedup_vs_compiled=row["speedup_vs_compiled"],
+                        eager_ms=(contest[-1].get("eager") or {}).get("median_ms"),
+                        compiled_ms=(contest[-1].get("compiled") or {}).get("median_ms"))
     return {
         "run_id": run["id"], "status": run["status"], "error": run["error"], "problem_name": run["problem_name"],
         "target": run["target"], "agent": run["agent"], "model": run["model"],
