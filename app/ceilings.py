@@ -28,6 +28,4 @@ def measure_in_this_process(target: str) -> dict:
     from kforge_core.platform import get_platform
 
     platform = get_platform(target, require_available=True)
-    measured = platform.measure_ceilings() or {}
-    cache.store(platform.name, platform.device_name(), measured)
-    return measured
+    return cache.remember(platform, cache.measure(platform))

@@ -173,6 +173,8 @@ def verdict(event: dict, ctx: RenderContext) -> None:
     roof = v.get("roofline") or {}
     if roof.get("suspicious"):
         st.error(roof["suspicious"], icon=":material/report:")
+    if roof.get("ceilings_note"):
+        st.warning(roof["ceilings_note"], icon=":material/warning:")
     checks = v.get("checks") or []
     if checks:
         st.dataframe([{"check": c.get("name"), "passed": bool(c.get("passed")), "detail": c.get("detail", "")}
@@ -201,8 +203,15 @@ def timings(event: dict, ctx: RenderContext) -> None:
     cols[2].metric("torch.compile", fmt_ms(d.get("compiled_ms")))
     cols[3].metric("Speedup vs eager", fmt_x(d.get("speedup_vs_eager")))
     cols[4].metric("Speedup vs compile", fmt_x(d.get("speedup_vs_compiled")))
+    spreads = [{"timing": name, "median": fmt_ms(t.get("median_ms")), "min": fmt_ms(t.get("min_ms")),
+                "max": fmt_ms(t.get("max_ms")), "trials": t.get("trials")}
+               for name, t in (("program", d.get("candidate")), ("eager", d.get("eager")),
+                               ("torch.compile", d.get("compiled"))) if isinstance(t, dict)]
+    if spreads:
+        st.dataframe(spreads, hide_index=True, width="stretch")
     if d.get("torch_compile_s") is not None:
-        st.caption(f"torch.compile took {d['torch_compile_s']:.1f} s to build the baseline (not part of its time).")
+        st.caption(f"torch.compile took {d['torch_compile_s']:.1f} s to build the baseline (not part of its time"
+                   f"{'; built once for this run and kept warm' if d.get('baseline_shared') else ''}).")
 
 
 @renders(EventKind.COMPILE_LOG, tab="Result", order=30)
@@ -253,7 +262,8 @@ def profile(event: dict, ctx: RenderContext) -> None:
                     f"TFLOP/s fp32); this program reaches {_num(pct, '{:.0f}')}% of it"
                     + (f" by its timed call, {roof['pct_of_roofline_device']:.0f}% by its kernels' device time "
                        f"({fmt_ms(roof.get('device_ms'))} per forward)" if roof.get("pct_of_roofline_device") else ""))
-        st.caption(work_text(roof.get("bytes"), roof.get("flops")))
+        st.caption(work_text(roof.get("bytes"), roof.get("flops"))
+                   + (f"; {roof['ceilings_label']}" if roof.get("ceilings_label") else ""))
         if roof.get("device_note"):
             st.caption(roof["device_note"])
         if roof.get("suspicious"):
@@ -416,6 +426,24 @@ def best_updated(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     _line(event, f":green[:material/trophy:] New best: #{d.get('iteration')} at {fmt_ms(d.get('candidate_ms'))} "
                  f"({fmt_x(d.get('speedup_vs_eager'))} vs eager, {fmt_x(d.get('speedup_vs_compiled'))} vs compile)")
+
+
+@renders(EventKind.EVAL_STAGE, tab="Result", order=5)
+def eval_stage(event: dict, ctx: RenderContext) -> None:
+    """Stages are folded into the running iteration's header (run_state); drawn as a line only where listed."""
+    st.caption(f"… {event['data'].get('stage', '')}")
+
+
+@renders(EventKind.HEAD_TO_HEAD)
+def head_to_head(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    if d.get("error"):
+        _line(event, f"Head to head not decided: {d['error']}")
+        return
+    rows = ", ".join(f"#{r.get('iteration')} {fmt_ms(r.get('candidate_ms'))} (min {fmt_ms(r.get('min_ms'))}, max "
+                     f"{fmt_ms(r.get('max_ms'))}, {r.get('trials')} trials)" for r in d.get("contenders") or [])
+    _line(event, f":material/sports_score: Head to head: {rows} → best #{d.get('best_iteration')}. "
+                 f"<span class='kf-when'>{d.get('rule', '')}</span>")
 
 
 @renders(EventKind.USAGE, tab="Model I/O", order=10)

@@ -17,7 +17,10 @@ from kforge_core.store import EventKind
 FEED_KINDS = frozenset({
     EventKind.RUN_CREATED, EventKind.PASS_STARTED, EventKind.ITERATION_FINISHED, EventKind.BEST_UPDATED,
     EventKind.RUN_FINISHED, EventKind.RUN_INTERRUPTED, EventKind.RUN_RESUMED, EventKind.CANCEL_REQUESTED,
+    EventKind.HEAD_TO_HEAD,
 })
+# Folded only (the latest one is shown as the running evaluation's stage), never listed: dozens per iteration.
+FOLD_ONLY_KINDS = frozenset({EventKind.EVAL_STAGE})
 
 
 @dataclass
@@ -38,6 +41,7 @@ class IterationState:
     has_diff: bool = False
     has_profile: bool = False
     has_recommendations: bool = False
+    stage: str | None = None  # the running evaluation's latest stage ("checking seed 2/5"), None once finished
 
 
 @dataclass
@@ -57,6 +61,7 @@ class RunState:
     # [start ts, end ts or None] per working session (created / each resume, until finished or interrupted): the
     # run's wall time leaves out the idle time between a cancel and a resume
     sessions: list[list] = field(default_factory=list)
+    stage: str | None = None  # a run-level evaluation's stage (the final head-to-head), None once finished
 
     def iteration(self, index: int) -> IterationState:
         it = self.iterations.get(index)
@@ -109,7 +114,9 @@ def apply(state: RunState, events: list[dict]) -> RunState:
         fold = FOLDS.get(event["kind"])
         if fold is not None:
             fold(state, event, it)
-        if event["kind"] in FEED_KINDS or (it is None and event["kind"] == EventKind.ERROR):
+        if event["kind"] in FOLD_ONLY_KINDS:
+            pass
+        elif event["kind"] in FEED_KINDS or (it is None and event["kind"] == EventKind.ERROR):
             state.feed.append(event)
         elif it is not None:
             _append_merging_tokens(it.events, event)
@@ -187,6 +194,20 @@ def _verdict(state: RunState, event: dict, it: IterationState | None) -> None:
                 setattr(it, key, verdict[key])
 
 
+@folds(EventKind.EVAL_STAGE)
+def _stage(state: RunState, event: dict, it: IterationState | None) -> None:
+    text = str(event["data"].get("stage") or "")
+    if it is None:
+        state.stage = text
+    elif not it.finished:
+        it.stage = text
+
+
+@folds(EventKind.HEAD_TO_HEAD)
+def _head_to_head(state: RunState, event: dict, it: IterationState | None) -> None:
+    state.stage = None
+
+
 @folds(EventKind.TIMINGS)
 def _timings(state: RunState, event: dict, it: IterationState | None) -> None:
     if it is not None:
@@ -213,6 +234,7 @@ def _iteration_finished(state: RunState, event: dict, it: IterationState | None)
         return
     data = event["data"]
     it.finished = True
+    it.stage = None
     it.status = data.get("status") or it.status
     it.reason = data.get("reason") or it.reason
     it.pass_name = data.get("pass") or it.pass_name

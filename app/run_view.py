@@ -398,7 +398,8 @@ def _iteration_detail(run: dict[str, Any], state: RunState, index: int, ctx: Ren
         first = it.reason.splitlines()[0]
         reason = " · " + (first[:157] + "…" if len(first) > 160 else first)
     st.markdown(f"#### Iteration #{index} <span class='kf-when'>{pass_text}</span>", unsafe_allow_html=True)
-    st.markdown(f"{status}{speed}{reason}")
+    stage = f" · :blue[{it.stage}…]" if it.stage and not it.finished else ""
+    st.markdown(f"{status}{speed}{reason}{stage}")
     by_tab: dict[str, list[dict]] = {name: [] for name in TABS}
     for event in it.events:
         by_tab[tab_of(event)].append(event)

@@ -1,5 +1,8 @@
 """Time to verdict: the full `evaluate` (all seeds, timing, eager + torch.compile baselines) for
-(a) a ctypes C++ candidate, (b) the same kernel as a cold `load_inline` build, (c) a cached `load_inline` rebuild.
+(a) a ctypes C++ candidate, (b) the same kernel as a cold `load_inline` build, (c) a cached `load_inline` rebuild,
+and (a0) the ctypes candidate the way every evaluation ran before the run's torch.compile baseline was shared
+(`KFORGE_SHARED_BASELINE=0`: each child compiles its own baseline, inductor's caches warm): before and after,
+side by side in one run, their runs interleaved so that the machine's load hits both alike.
 
     python bench/time_to_verdict.py --target cpu [--runs 5] [--cli]
 
@@ -31,7 +34,9 @@ from kforge_core.platform import get_platform  # noqa: E402
 from kforge_core.problem import load_problem  # noqa: E402
 
 
-def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool) -> tuple[float, dict]:
+def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool,
+              shared: bool = True) -> tuple[float, dict]:
+    os.environ["KFORGE_SHARED_BASELINE"] = "1" if shared else "0"  # read at each evaluation (and by the CLI)
     start = time.perf_counter()
     if use_cli:
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
@@ -45,6 +50,10 @@ def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool) ->
         verdict = evaluate(load_problem(path=problem_path), candidate, target, EvalOptions())
         result = verdict.to_dict()
     return time.perf_counter() - start, result
+
+
+def _spread(t: dict) -> str:
+    return f"{t['median_ms']:.3f} ms ({t['min_ms']:.3f}-{t['max_ms']:.3f}, {t['trials']} trials)"
 
 
 def main() -> int:
@@ -73,32 +82,42 @@ def main() -> int:
     _evaluate(example.problem, cached_src, args.target, args.cli)
 
     variants = {
-        "(a) ctypes C++ candidate": lambda: ctypes_src,
-        "(b) load_inline, cold build": lambda: with_token(f"cold {uuid.uuid4().hex}"),
-        "(c) load_inline, cached build": lambda: cached_src,
+        "(a0) ctypes, torch.compile in every child (before)": (lambda: ctypes_src, False),
+        "(a) ctypes C++ candidate": (lambda: ctypes_src, True),
+        "(b) load_inline, cold build": (lambda: with_token(f"cold {uuid.uuid4().hex}"), True),
+        "(c) load_inline, cached build": (lambda: cached_src, True),
     }
-    rows = {}
-    for name, make in variants.items():
-        walls, builds, statuses = [], [], set()
-        for _ in range(args.runs):
-            wall, result = _evaluate(example.problem, make(), args.target, args.cli)
+    rows = {name: ([], [], set(), []) for name in variants}
+    for _ in range(args.runs):  # round-robin: every variant sees the same stretch of machine load
+        for name, (make, shared) in variants.items():
+            wall, result = _evaluate(example.problem, make(), args.target, args.cli, shared)
+            walls, builds, statuses, timings = rows[name]
             walls.append(wall)
             builds.append(result.get("build_s") or 0.0)
             statuses.add(result["status"])
-        rows[name] = (walls, builds, statuses)
+            timings.append(result)
+            print(f"    {name}: {wall:.2f} s ({result['status']})", flush=True)  # a cut-off run keeps its rows
+    for name, (walls, _, statuses, _) in rows.items():
         print(f"  {name}: median {statistics.median(walls):.2f} s ({', '.join(sorted(statuses))})", flush=True)
 
     base = statistics.median(rows["(a) ctypes C++ candidate"][0])
     cold = statistics.median(rows["(b) load_inline, cold build"][0])
     print(f"\nTime to verdict, target {args.target}, {args.runs} runs each, "
           f"{'CLI processes' if args.cli else 'library calls'}:")
-    print(f"| variant | median s | min s | max s | candidate build s (median) | vs (a) | verdicts |")
-    print(f"|---|---|---|---|---|---|---|")
-    for name, (walls, builds, statuses) in rows.items():
+    print("| variant | median s | min s | max s | candidate build s (median) | vs (a) | verdicts |")
+    print("|---|---|---|---|---|---|---|")
+    for name, (walls, builds, statuses, _) in rows.items():
         med = statistics.median(walls)
         print(f"| {name} | {med:.2f} | {min(walls):.2f} | {max(walls):.2f} | {statistics.median(builds):.3f} | "
               f"{med / base:.1f}x | {', '.join(sorted(statuses))} |")
-    print(f"\n(b)/(a) = {cold / base:.1f}x  (goal: (a) <= 2 s and >= 10x faster than (b))")
+    before = statistics.median(rows["(a0) ctypes, torch.compile in every child (before)"][0])
+    print(f"\n(b)/(a) = {cold / base:.1f}x  (goal: (a) <= 2 s and >= 10x faster than (b)); "
+          f"before/after (a0)/(a) = {before / base:.1f}x")
+    print("\nThe timings inside those verdicts (median, min-max, trials; the last run of each variant):")
+    for name, (_, _, _, results) in rows.items():
+        r = results[-1]
+        parts = [f"{k} {_spread(r.get(k))}" for k in ("candidate", "eager", "compiled") if r.get(k)]
+        print(f"  {name}: {'; '.join(parts)}" + (f"  [noisy: {', '.join(r['noisy'])}]" if r.get("noisy") else ""))
     return 0
 
 

@@ -7,7 +7,10 @@ checks, timing of candidate and eager reference), median of --runs, for
   (c)  load_inline, cached build       the fixture unchanged (cache warmed first)
   (d)  Triton candidate, cold JIT      platforms/examples/triton/candidate.py, a unique comment in the kernel
   (d') Triton candidate, cached        the same file unchanged (Triton's cache warmed first)
-  (af) as (a), plus the torch.compile baseline (EvalOptions() defaults, as bench/time_to_verdict.py times)
+  (af) as (a), plus the torch.compile baseline (EvalOptions() defaults, as bench/time_to_verdict.py times): the
+       run's warm baseline server (built once, in the warm-up)
+  (af0) as (af), the way it was before: torch.compile built again in every evaluation child
+       (`--cases af0,af` gives the before/after side by side)
 
     python bench/time_to_verdict_gpu.py [--runs 5] [--cases a,a2,b,c,d,d2,af] [--baselines] [--out DIR]
 
@@ -63,7 +66,10 @@ CASES = {  # key: (label, target, source maker, cold?, torch.compile baseline fo
     "d": ("(d) Triton candidate, cold JIT", "triton", _triton, True, False),
     "d2": ("(d') Triton candidate, cached", "triton", _triton, False, False),
     "af": ("(af) NVRTC cold + torch.compile baseline", "cuda", _nvrtc, True, True),
+    # before the run's baseline was shared: every evaluation child compiles torch.compile itself
+    "af0": ("(af0) as (af), torch.compile in every child (before)", "cuda", _nvrtc, True, True),
 }
+PER_CHILD_BASELINE = {"af0"}  # KFORGE_SHARED_BASELINE=0 for these cases
 
 
 _PROFILED_CHILD = r"""
@@ -181,6 +187,7 @@ def main() -> int:
     rows: dict[str, dict] = {}
     for key in keys:
         label, target, make, cold, baselines = CASES[key]
+        os.environ["KFORGE_SHARED_BASELINE"] = "0" if key in PER_CHILD_BASELINE else "1"
         if (target, make, baselines) not in warmed:  # torch.compile cache, ceilings, the unchanged source's build
             wall, r = run(target, make(None), baselines)
             warmed.add((target, make, baselines))

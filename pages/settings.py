@@ -103,6 +103,13 @@ with devices_tab:
                 m[2].metric("bf16 peak", f"{measured['bf16_tflops']:.3g} TFLOP/s"
                             if measured and measured.get("bf16_tflops") else "unknown")
                 m[3].caption(measured.get("method", "") if measured else "Not measured yet on this device.")
+                if measured:
+                    from kforge_core.eval.ceilings import label
+
+                    spread = ", ".join(f"{k} {v:.0%}" for k, v in (measured.get("spread") or {}).items())
+                    text = f"{label(measured)}; best of {measured.get('repeats', 1)}" + \
+                        (f", spread {spread}" if spread else "")
+                    (st.warning if measured.get("trusted") is False else st.caption)(text)
     if st.button("Look for targets again", icon=":material/refresh:", key="kf-rediscover"):
         st.cache_resource.clear()
         st.rerun()

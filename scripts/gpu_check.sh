@@ -2,7 +2,8 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|bench|builtin] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   bash scripts/gpu_check.sh [all|probe|tests|bench|fidelity|builtin] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   fidelity: bench/timing_fidelity.py on CUDA (same candidate evaluated 5 times: spread of its speedup)
 #   builtin: bench/builtin_gallery.py on CUDA, resumable (copy a returned builtin_cuda.json into $OUT to go on)
 #
 # Never changes GPU settings (clocks, power, MIG); ncu runs with --clock-control none.
@@ -71,6 +72,12 @@ bench() {
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
+fidelity() {  # same candidate evaluated 5 times: the spread of its speedup (goal <= 3 % for kernels >= 100 us)
+  echo "== timing fidelity, CUDA"
+  "$PY" bench/timing_fidelity.py --target cuda "$@" 2>&1 | tee "$OUT/fidelity.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+}
+
 builtin() {  # the built-in synthesizer over the gallery on CUDA (resumable: rows accumulate in $OUT)
   echo "== built-in synthesizer, CUDA"
   "$PY" bench/builtin_gallery.py --target cuda --json "$OUT/builtin_cuda.json" --resume "$@" 2>&1 | tee "$OUT/builtin.log"
@@ -81,9 +88,10 @@ case "$MODE" in
   probe) probe ;;
   tests) probe; tests; inline_report ;;
   bench) bench "$@" ;;
+  fidelity) fidelity "$@" ;;
   builtin) probe; builtin "$@" ;;
-  all) probe; tests; inline_report; bench "$@" ;;
-  *) echo "usage: $0 [all|probe|tests|bench|builtin] [bench args]"; exit 2 ;;
+  all) probe; tests; inline_report; bench "$@"; fidelity ;;
+  *) echo "usage: $0 [all|probe|tests|bench|fidelity|builtin] [bench args]"; exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1
 [ -f "$OUT/time_to_verdict_gpu.md" ] && cat "$OUT/time_to_verdict_gpu.md"

@@ -150,8 +150,13 @@ def test_story_compile_error_wrong_correct_then_faster(db):
     prompt3 = generation_prompt(events, 3)
     assert "Drop the repeat loop" in prompt3 and "fastest correct program so far" in prompt3
 
-    # best updated to the faster one; timings and profiles recorded
-    assert [e["data"]["iteration"] for e in of_kind(events, "best_updated")] == [2, 3]
+    # best updated to the faster one, then confirmed by the head-to-head re-timing of both correct programs
+    # (issue 22: best means best); timings and profiles recorded
+    assert [e["data"]["iteration"] for e in of_kind(events, "best_updated")] == [2, 3, 3]
+    (contest,) = of_kind(events, "head_to_head")
+    assert contest["data"]["best_iteration"] == 3 and not contest["data"]["error"]
+    assert sorted(r["iteration"] for r in contest["data"]["contenders"]) == [2, 3]
+    assert "head-to-head" in summary["best"]["chosen_by"]
     best = summary["best"]
     assert best["iteration"] == 3 and best["code"] == (FIXTURES / "correct_fast.py").read_text()
     assert best["candidate_ms"] < summary["iterations"][2]["candidate_ms"]

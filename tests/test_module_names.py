@@ -53,6 +53,43 @@ def test_every_module_named_in_a_string_exists():
     assert not missing, f"strings naming modules that do not exist: {missing}"
 
 
+def _imports() -> dict[str, str]:
+    """Every import of a KForge module anywhere in the tree, function-level ones included (they run only when
+    called, so a stale one hides until then), relative ones resolved against their file."""
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in (".git", "build") or "examples" in rel.parts:
+            continue
+        parts = list(rel.with_suffix("").parts)
+        package = parts[:-1]
+        try:
+            tree = ast.parse(path.read_text())
+        except SyntaxError:
+            continue  # fixtures of broken candidates
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                names = [f"{base}.{a.name}" for a in node.names if a.name != "*"] or [base]
+            else:
+                continue
+            for name in names:
+                if re.match(r"^(kforge_core|platforms)(\.|$)", name):
+                    found.setdefault(name, f"{rel}:{node.lineno}")
+    return found
+
+
+def test_every_import_of_a_kforge_module_resolves():
+    found = _imports()
+    assert "kforge_core.eval.evaluator.evaluate" in found
+    missing = {name: where for name, where in found.items() if not _resolves(name)}
+    assert not missing, f"imports of names that do not exist: {missing}"
+
+
 def test_the_guards_identity_list_names_importable_modules():
     from kforge_core.eval.harness import guards
 

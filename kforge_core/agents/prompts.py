@@ -319,6 +319,8 @@ def format_roofline(roofline: dict | None) -> str:
         parts.append("% of roofline unknown (device ceilings not measured)")
     if roofline.get("suspicious"):
         parts.append(roofline["suspicious"])
+    if roofline.get("ceilings_label"):
+        parts.append(roofline["ceilings_label"])  # a ceiling's date and trust travel with every figure built on it
     return "; ".join(parts)
 
 

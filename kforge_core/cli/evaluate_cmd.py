@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..errors import UsageError
@@ -42,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
     options = EvalOptions(seeds=args.seeds, tolerance=args.tolerance, timing=not args.no_timing,
                           baselines=not args.no_baselines, profile=args.profile, size_class=args.size_class,
                           timeout_s=args.timeout, memory_limit_mb=args.memory_limit_mb)
-    verdict = evaluate(problem, cand.read_text(), args.target, options)
+    def on_stage(stage: dict) -> None:  # progress on stderr, so --json's stdout stays one object
+        print(f"  … {stage['stage']}", file=sys.stderr, flush=True)
+
+    verdict = evaluate(problem, cand.read_text(), args.target, options, on_stage=on_stage)
     if args.json:
         print_json(verdict.to_dict())
     else:
@@ -50,17 +54,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def spread_text(t) -> str:
+    """A timing as median, min, max and trial count: the spread is part of the number."""
+    return f"{fmt_ms(t.median_ms)} median (min {fmt_ms(t.min_ms)}, max {fmt_ms(t.max_ms)}, {t.trials} trials)"
+
+
 def report(v: Verdict) -> str:
     lines = [f"{v.status.upper()}: {v.reason}"]
     if v.candidate:
-        c = v.candidate
-        lines.append(f"  candidate      {fmt_ms(c.median_ms)} median (min {fmt_ms(c.min_ms)}, max {fmt_ms(c.max_ms)}, "
-                     f"{c.trials} trials)")
+        lines.append(f"  candidate      {spread_text(v.candidate)}")
     if v.eager:
-        lines.append(f"  eager          {fmt_ms(v.eager_ms)}   speedup {fmt_x(v.speedup_vs_eager)}")
+        lines.append(f"  eager          {spread_text(v.eager)}   speedup {fmt_x(v.speedup_vs_eager)}")
     if v.compiled:
-        took = f" (torch.compile took {v.torch_compile_s:.1f} s)" if v.torch_compile_s else ""
-        lines.append(f"  torch.compile  {fmt_ms(v.compiled_ms)}   speedup {fmt_x(v.speedup_vs_compiled)}{took}")
+        took = f" (torch.compile took {v.torch_compile_s:.1f} s" if v.torch_compile_s else ""
+        if took:
+            took += ", built once for this problem and kept warm)" if v.baseline else ")"
+        lines.append(f"  torch.compile  {spread_text(v.compiled)}   speedup {fmt_x(v.speedup_vs_compiled)}{took}")
     if v.max_abs_error is not None and v.tolerance:
         t = v.tolerance
         lines.append(f"  max abs error {v.max_abs_error:.3g} (tolerance '{t['name']}': fp32 atol={t['fp32']['atol']:g} "
@@ -68,7 +77,7 @@ def report(v: Verdict) -> str:
     if v.roofline and v.roofline.get("pct_of_roofline"):
         r = v.roofline
         lines.append(f"  roofline       {r['pct_of_roofline']:.0f}% of the {r['bound']}-bound floor "
-                     f"({fmt_ms(r['floor_ms'])} at measured ceilings)")
+                     f"({fmt_ms(r['floor_ms'])}; {r.get('ceilings_label') or 'measured ceilings'})")
         if r.get("pct_of_roofline_device"):
             lines.append(f"                 {r['pct_of_roofline_device']:.0f}% by the kernels' device time "
                          f"({fmt_ms(r['device_ms'])} per forward, profiler)")

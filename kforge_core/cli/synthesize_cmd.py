@@ -250,6 +250,8 @@ def final_line(summary: dict, printed_errors: set[str] | frozenset[str] = frozen
                  f"{fmt_x(best['speedup_vs_eager'])} vs eager")
         if best["speedup_vs_compiled"] is not None:
             line += f", {fmt_x(best['speedup_vs_compiled'])} vs torch.compile"
+        if best.get("chosen_by"):
+            line += f" [{best['chosen_by']}]"
     elif summary.get("error") and not _already_printed(summary["error"], printed_errors):
         line += f": {summary['error']}"
     stop = summary.get("stop_reason")
@@ -364,6 +366,21 @@ class ProgressPrinter:
             if len(detail) > 300:
                 detail = detail[:299] + "…"
         self._line(f"  [{e.iteration}] {e.status}: {detail}")
+
+    def on_eval_stage(self, e) -> None:
+        where = f"[{e.iteration}] " if e.iteration is not None else ""
+        self._line(f"  {where}… {e.stage}")
+
+    def on_head_to_head(self, e) -> None:
+        if e.error:
+            self._line(f"  head to head: {e.error}")
+            return
+        self._line(f"  head to head ({e.rule}):")
+        for r in e.contenders:
+            mark = "  <- best" if r["iteration"] == e.best_iteration else ""
+            self._line(f"    [{r['iteration']}] {fmt_ms(r['candidate_ms'])} median (min {fmt_ms(r['min_ms'])}, "
+                       f"max {fmt_ms(r['max_ms'])}, {r['trials']} trials)  {fmt_x(r['speedup_vs_eager'])} vs eager"
+                       f"{mark}")
 
     def on_best_updated(self, e) -> None:
         self._line(f"  [{e.iteration}] new best: {fmt_ms(e.candidate_ms)}")

@@ -7,15 +7,17 @@ what runs in the child and `kforge_core.eval.rules` for the rules it enforces.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from ..errors import ProblemError, UsageError
+from ..errors import ProblemError, SandboxError, UsageError
 from ..platform import get_platform
 from ..problem import Problem, ProblemReport
+from . import baselines
 from .harness import watchdog
 from .sandbox import ChildOutcome, run_child
 from .tolerance import get_policy
-from .verdict import Verdict
+from .verdict import Timing, Verdict, mark_noise
 
 
 @dataclass
@@ -73,18 +75,102 @@ def _outcome_to_verdict(outcome: ChildOutcome, target: str, timeout_s: float) ->
     return Verdict.from_dict(fields)
 
 
-def evaluate(problem: Problem, candidate_source: str, target: str, options: EvalOptions | None = None) -> Verdict:
+class EvaluationCancelled(Exception):
+    """The caller's cancel fired while an evaluation ran: its process group was killed, there is no verdict."""
+
+
+def _shared_baseline(problem: Problem, platform, options: EvalOptions, on_stage, cancel):
+    """The run's warm torch.compile baseline server, started if needed; None when it cannot serve (then the child
+    compiles its own, as before, and reports why)."""
+    if not (options.baselines and options.timing and baselines.enabled()):
+        return None
+    key = baselines.key_for(problem.source, options.size_class, platform.name, platform.device_name())
+
+    def make():
+        return baselines.BaselineServer(key, problem.source, platform.name, options.size_class,
+                                        memory_limit_mb=options.memory_limit_mb,
+                                        limit_address_space=platform.limit_address_space,
+                                        timeout_s=options.timeout_s, on_stage=on_stage, cancel=cancel)
+
+    try:
+        return baselines.get(key, make)
+    except baselines.EvaluationCancelledDuringStart:
+        raise EvaluationCancelled() from None
+    except SandboxError:
+        return None  # the child builds its own baseline (and reports a problem error itself)
+
+
+def evaluate(problem: Problem, candidate_source: str, target: str, options: EvalOptions | None = None, *,
+             on_stage: Callable[[dict], None] | None = None, cancel: Callable[[], bool] | None = None) -> Verdict:
     """Judge `candidate_source` (a ModelNew program) against `problem` on `target`. Always returns a Verdict for
-    anything the candidate does; raises ProblemError for an unusable problem and UsageError for a bad target."""
+    anything the candidate does; raises ProblemError for an unusable problem, UsageError for a bad target, and
+    EvaluationCancelled when `cancel()` turned True before the verdict (the child's process group is killed at
+    once). `on_stage(dict)` receives the stages as the evaluation reaches them ({"stage": "checking seed 2/5"})."""
     options = options or EvalOptions()
     platform = get_platform(target, require_available=True)
     request = {"mode": "evaluate", "target": platform.name, **{k: v for k, v in asdict(options).items()
                                                                   if k not in ("timeout_s", "memory_limit_mb")}}
+    server = _shared_baseline(problem, platform, options, on_stage, cancel)
+    relay = None
+    if server is not None and server.problem_error is not None:
+        raise ProblemError(server.problem_error)
+    if server is not None and server.usable:
+        relay = baselines.BaselineRelay(server)
+        request["remote_compiled"] = True
+    elif server is not None and server.error:
+        request["compiled_unavailable"] = server.error  # compiling again in every child would fail again
     outcome = run_child(request, {"problem.py": problem.source, "candidate.py": candidate_source},
                         timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
                         limit_address_space=platform.limit_address_space,
-                        fork_server_safe=platform.fork_server_safe)
-    return _outcome_to_verdict(outcome, platform.name, options.timeout_s)
+                        fork_server_safe=platform.fork_server_safe, on_stage=on_stage, relay=relay, cancel=cancel)
+    if outcome.cancelled:
+        raise EvaluationCancelled()
+    verdict = _outcome_to_verdict(outcome, platform.name, options.timeout_s)
+    if relay is not None:
+        _merge_shared_baseline(verdict, relay, server)
+    mark_noise(verdict)
+    return verdict
+
+
+def _merge_shared_baseline(verdict: Verdict, relay: baselines.BaselineRelay, server) -> None:
+    """The compiled baseline's times come from the caller's relay, not from the child's result."""
+    summary = relay.summary()
+    verdict.compiled = Timing(**summary) if summary and verdict.candidate is not None else None
+    verdict.torch_compile_s = server.torch_compile_s
+    verdict.baseline = {"compiled": "shared", "built_at": server.started_at, "key": server.key}
+    if verdict.candidate is not None and summary is None:
+        verdict.warnings.append("torch.compile baseline unavailable: its server did not time this evaluation")
+
+
+def head_to_head(problem: Problem, programs: dict[int, str], target: str, options: EvalOptions | None = None, *,
+                 on_stage: Callable[[dict], None] | None = None,
+                 cancel: Callable[[], bool] | None = None) -> dict:
+    """Re-time `programs` ({iteration: source}) head to head in one child, interleaved with each other and the
+    baselines on the same inputs. Returns {"contenders": {iteration: Timing dict}, "eager", "compiled"} or
+    {"error": why}; raises EvaluationCancelled on a cancel."""
+    options = options or EvalOptions()
+    platform = get_platform(target, require_available=True)
+    names = {f"c{i}": i for i in programs}
+    request = {"mode": "head_to_head", "target": platform.name, "contenders": list(names),
+               "size_class": options.size_class, "tolerance": options.tolerance,
+               "timing_options": dict(options.timing_options)}
+    server = _shared_baseline(problem, platform, options, on_stage, cancel)
+    relay = None
+    if server is not None and server.usable:
+        relay = baselines.BaselineRelay(server)
+        request["remote_compiled"] = True
+    files = {"problem.py": problem.source, **{f"{name}.py": programs[i] for name, i in names.items()}}
+    outcome = run_child(request, files, timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
+                        limit_address_space=platform.limit_address_space,
+                        fork_server_safe=platform.fork_server_safe, on_stage=on_stage, relay=relay, cancel=cancel)
+    if outcome.cancelled:
+        raise EvaluationCancelled()
+    r = outcome.result or {}
+    if "contest" not in r:
+        return {"error": r.get("reason") or f"the head-to-head child gave no result (exit {outcome.returncode})"}
+    contest = r["contest"]
+    return {"contenders": {i: contest[name] for name, i in names.items() if name in contest},
+            "eager": contest.get("eager"), "compiled": relay.summary() if relay is not None else None}
 
 
 def validate_problem(problem: Problem, target: str = "cpu", timeout_s: float = 120.0,

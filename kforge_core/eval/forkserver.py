@@ -29,7 +29,7 @@ def enabled() -> bool:
 
 class ForkServer:
     def __init__(self, env: dict[str, str]):
-        from .sandbox import limits, python_command
+        from .sandbox import limits, popen_lasting, python_command
 
         self.dir = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
         self._cond = threading.Condition()
@@ -39,7 +39,7 @@ class ForkServer:
         self.dead = False
         self._write_lock = threading.Lock()
         log = open(self.dir / "forkserver.log", "wb")
-        self.proc = subprocess.Popen(python_command("kforge_core.eval.harness.zygote"), stdin=subprocess.PIPE,
+        self.proc = popen_lasting(python_command("kforge_core.eval.harness.zygote"), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=log, cwd=self.dir, env={**env, "HOME": str(self.dir)},
                                      start_new_session=True, preexec_fn=limits(None, False))
         log.close()
@@ -51,11 +51,9 @@ class ForkServer:
                                    f"{(self.dir / 'forkserver.log').read_text(errors='replace')[-500:]}")
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
+        from .progress_channel import json_lines
+
+        for msg in json_lines(self.proc.stdout):
             with self._cond:
                 if msg.get("ready"):
                     self.ready = True

@@ -11,7 +11,7 @@ Ceilings come from `kforge_core.eval.ceilings` (measured once per device, cached
 
 from __future__ import annotations
 
-from .ceilings import for_platform
+from .ceilings import for_platform, label
 
 # Below this share of the floor a time is a measurement bug (or work hidden from the timer/profiler), not a fast kernel.
 _FLOOR_SHARE = 0.5
@@ -58,8 +58,14 @@ def roofline(ref_model, inputs, candidate_ms: float, platform) -> dict:
     out = {"bytes": nbytes, "flops": flops, "bandwidth_gbs": bw, "fp32_tflops": peak, "memory_floor_ms": t_mem,
            "compute_floor_ms": t_flop, "floor_ms": floor_ms,
            "bound": None if not floors else ("memory" if (t_mem or 0) >= (t_flop or 0) else "compute"),
-           "pct_of_roofline": (100 * floor_ms / candidate_ms) if floor_ms and candidate_ms else None}
-    if floor_ms and candidate_ms < _FLOOR_SHARE * floor_ms:
+           "pct_of_roofline": (100 * floor_ms / candidate_ms) if floor_ms and candidate_ms else None,
+           "ceilings_measured_at": ceil.get("measured_at"), "ceilings_trusted": ceil.get("trusted"),
+           "ceilings_label": label(ceil) if ceil else None}
+    if floor_ms and ceil.get("trusted") is False:
+        # a ceiling measured under load is too low: the floor too high, "% of floor" too high, and a fast kernel
+        # would look faster than the hardware; no such claim is made on it
+        out["ceilings_note"] = f"% of floor from {label(ceil)}: overstated; re-measure when the machine is quiet"
+    elif floor_ms and candidate_ms < _FLOOR_SHARE * floor_ms:
         out["suspicious"] = (f"candidate ({candidate_ms:.3g} ms) beats the hardware floor ({floor_ms:.3g} ms at the "
                              f"measured ceilings) by over 2x: treat this speedup as a measurement bug until proven")
     return out

@@ -139,6 +139,43 @@ def drop_privileges() -> None:
         pass
 
 
+_lasting: dict = {}
+_lasting_lock = threading.Lock()
+
+
+def popen_lasting(*args, **kwargs) -> subprocess.Popen:
+    """subprocess.Popen from a thread that lives as long as this process. For servers that outlive the call that
+    starts them (fork server, baseline server): their parent-death signal (PR_SET_PDEATHSIG) fires when the
+    *thread* that forked them exits, so one started from an evaluation's worker thread would be killed when that
+    thread ends."""
+    import queue
+
+    with _lasting_lock:
+        if "thread" not in _lasting or not _lasting["thread"].is_alive():
+            jobs: queue.Queue = queue.Queue()
+
+            def serve() -> None:
+                while True:
+                    fn, box, done = jobs.get()
+                    try:
+                        box["value"] = fn()
+                    except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                        box["error"] = e
+                    done.set()
+
+            _lasting["jobs"] = jobs
+            _lasting["thread"] = threading.Thread(target=serve, daemon=True, name="kforge-server-starter")
+            _lasting["thread"].start()
+        jobs = _lasting["jobs"]
+    box: dict = {}
+    done = threading.Event()
+    jobs.put((lambda: subprocess.Popen(*args, **kwargs), box, done))
+    done.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _rss_mb(pid: int) -> float:
     """Resident memory of a process group leader and its descendants (Linux), in MiB; 0 where unknown."""
     total = 0
@@ -163,6 +200,7 @@ class ChildOutcome:
     memory_exceeded: bool
     log: str  # what the child printed (candidate output, tracebacks)
     wall_s: float
+    cancelled: bool = False  # the caller asked to stop: the process group was killed, no verdict
 
     @property
     def signal_name(self) -> str | None:
@@ -181,10 +219,29 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+class Supervision:
+    """What the caller does while a child runs, besides waiting: read its progress channel, and stop it when
+    `cancel()` says so (checked every poll, so a cancel kills the process group within tens of milliseconds)."""
+
+    def __init__(self, channel=None, cancel=None):
+        self.channel, self.cancel = channel, cancel
+        self.cancelled = False
+
+    def tick(self) -> bool:
+        """False when the child must be stopped now."""
+        if self.channel is not None:
+            self.channel.pump()
+        if self.cancel is not None and self.cancel():
+            self.cancelled = True
+            return False
+        return True
+
+
 def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: int | None,
-               limit_address_space: bool) -> tuple[bool, bool]:
-    """Wait for the child; kill its whole process group on timeout, on memory overuse, or when the caller itself
-    is interrupted (Ctrl-C must not leave an evaluation running). Returns (timed_out, memory_exceeded)."""
+               limit_address_space: bool, supervision: Supervision | None = None) -> tuple[bool, bool]:
+    """Wait for the child; kill its whole process group on timeout, on memory overuse, on a cancel, or when the
+    caller itself is interrupted (Ctrl-C must not leave an evaluation running). Returns (timed_out,
+    memory_exceeded)."""
     timed_out = memory_exceeded = False
     next_rss = start + 0.5
     try:
@@ -192,6 +249,8 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
             now = time.monotonic()
             if now - start > timeout_s:
                 timed_out = True
+                break
+            if supervision is not None and not supervision.tick():
                 break
             if memory_limit_mb and not limit_address_space and now >= next_rss:
                 next_rss = now + 0.5
@@ -207,20 +266,27 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
 
 def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
               limit_address_space: bool, module: str = "kforge_core.eval.harness.child",
-              fork_server_safe: bool = False) -> ChildOutcome:
+              fork_server_safe: bool = False, on_stage=None, relay=None, cancel=None) -> ChildOutcome:
     """Run the evaluation harness (or `python -m module`) on `request` with `files` in a private directory.
 
     The harness child is forked from the fork server when the platform is fork-safe and a server is available
-    (`kforge_core.eval.forkserver`), else spawned; both get the same environment, limits and privileges."""
+    (`kforge_core.eval.forkserver`), else spawned; both get the same environment, limits and privileges.
+    `on_stage(dict)` receives the stages the child reports, `relay(dict) -> dict` answers its relay requests (see
+    `kforge_core.eval.progress_channel`), and `cancel()` returning True kills the child's process group at once
+    (the outcome says `cancelled`)."""
     from . import forkserver
+    from .progress_channel import ProgressChannel
 
     _clear_dumpable()
     workdir = Path(tempfile.mkdtemp(prefix="kforge-eval-"))
+    channel = None
     try:
         for name, text in files.items():
             (workdir / name).write_text(text)
         nonce = secrets.token_hex(16)
-        full_request = {**request, "nonce": nonce, "workdir": str(workdir)}
+        channel = ProgressChannel(workdir, on_stage, relay)
+        supervision = Supervision(channel, cancel)
+        full_request = {**request, "nonce": nonce, "workdir": str(workdir), **channel.request_fields()}
         env = child_environment(workdir)
         server = None
         if fork_server_safe and module == "kforge_core.eval.harness.child" and forkserver.enabled():
@@ -232,26 +298,33 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         if server is not None:
             pid = server.fork(workdir, full_request, memory_limit_mb, limit_address_space)
             timed_out, memory_exceeded = _supervise(pid, lambda: server.returncode(pid), start, timeout_s,
-                                                    memory_limit_mb, limit_address_space)
+                                                    memory_limit_mb, limit_address_space, supervision)
             _kill_group(pid)  # the child, or whatever it left behind in its session
             returncode = server.wait(pid, 10.0)
             out = _read_log(workdir / "result.out", limit=1 << 26)
         else:
             returncode, timed_out, memory_exceeded, out = _spawn(workdir, full_request, env, module, start,
-                                                                 timeout_s, memory_limit_mb, limit_address_space)
+                                                                 timeout_s, memory_limit_mb, limit_address_space,
+                                                                 supervision)
         wall = time.monotonic() - start
+        channel.close()
         result = _unframe(out, nonce)
         log = _read_log(workdir / "child.log")
         cand_log = workdir / "candidate.log"
         if cand_log.exists():
             log = _read_log(cand_log) + ("\n" + log if log else "")
-        return ChildOutcome(result, returncode, timed_out, memory_exceeded, log, wall)
+        if supervision.cancelled:
+            result = None
+        return ChildOutcome(result, returncode, timed_out, memory_exceeded, log, wall, supervision.cancelled)
     finally:
+        if channel is not None:
+            channel.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, timeout_s: float,
-           memory_limit_mb: int | None, limit_address_space: bool) -> tuple[int | None, bool, bool, str]:
+           memory_limit_mb: int | None, limit_address_space: bool,
+           supervision: Supervision | None = None) -> tuple[int | None, bool, bool, str]:
     try:
         with open(workdir / "child.log", "wb") as log_file:
             proc = subprocess.Popen(
@@ -269,7 +342,7 @@ def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, t
     except BrokenPipeError:
         pass
     timed_out, memory_exceeded = _supervise(proc.pid, proc.poll, start, timeout_s, memory_limit_mb,
-                                            limit_address_space)
+                                            limit_address_space, supervision)
     _kill_group(proc.pid)  # the child, or whatever it left behind in its group (a hung compiler, a daemon)
     proc.wait()
     reader.join(timeout=5)

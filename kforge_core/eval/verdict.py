@@ -46,6 +46,10 @@ class Verdict:
     device: str = ""
     log_tail: str = ""  # what the candidate printed (stdout/stderr), last lines
     wall_s: float | None = None
+    # where the torch.compile baseline was timed: {"compiled": "shared", "built_at", "key"} when the run's warm
+    # baseline server timed it (built once per run), None when this evaluation's child compiled its own
+    baseline: dict | None = None
+    noisy: list[str] = field(default_factory=list)  # timings whose trials disagree beyond the bounds below
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -90,3 +94,34 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     if num is None or den is None or den <= 0:
         return None
     return num / den
+
+
+# A timing is noisy when its median is more than NOISE_MEDIAN_OVER_MIN x its fastest trial, or its slowest trial
+# more than NOISE_MAX_OVER_MEDIAN x its median: something else ran during the trials, and the median may be off.
+NOISE_MEDIAN_OVER_MIN = 1.3
+NOISE_MAX_OVER_MEDIAN = 3.0
+
+
+def noisy_timings(verdict: Verdict) -> dict[str, str]:
+    """{timing name: why} for the verdict's timings whose trials disagree beyond the stated bounds."""
+    out = {}
+    for name in ("candidate", "eager", "compiled"):
+        t = getattr(verdict, name)
+        if t is None or t.min_ms <= 0:
+            continue
+        if t.median_ms > NOISE_MEDIAN_OVER_MIN * t.min_ms:
+            out[name] = f"median {t.median_ms:.3g} ms is {t.median_ms / t.min_ms:.1f}x its fastest trial " \
+                        f"({t.min_ms:.3g} ms; bound {NOISE_MEDIAN_OVER_MIN:g}x)"
+        elif t.max_ms > NOISE_MAX_OVER_MEDIAN * t.median_ms:
+            out[name] = f"slowest trial {t.max_ms:.3g} ms is {t.max_ms / t.median_ms:.1f}x the median " \
+                        f"({t.median_ms:.3g} ms; bound {NOISE_MAX_OVER_MEDIAN:g}x)"
+    return out
+
+
+def mark_noise(verdict: Verdict) -> None:
+    """Record noisy timings on the verdict (`noisy`) and as warnings."""
+    noisy = noisy_timings(verdict)
+    verdict.noisy = sorted(noisy)
+    for name, why in noisy.items():
+        verdict.warnings.append(f"noisy timing ({name}, {why} over {getattr(verdict, name).trials} trials): the "
+                                f"machine was busy or the timing unstable; re-time before trusting this number")

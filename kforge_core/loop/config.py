@@ -43,7 +43,10 @@ class RunConfig:
     size_class: str | None = None  # "cpu" / "gpu": a gallery problem's size class; None keeps the file's sizes
     eval_timeout_s: float = 300.0  # wall-clock limit of one evaluation (build, checks, timing), seconds
     eval_timing_options: dict = field(default_factory=dict)  # EvalOptions.timing_options (min_trials, budget_s...)
-    eval_baselines: bool = True  # time torch.compile next to each correct candidate (~3 s warm, ~20 s cold)
+    eval_baselines: bool = True  # time torch.compile next to each correct candidate (its build shared per run)
+    # before the run ends, the top N correct candidates (by speedup vs eager) are re-timed head to head in one
+    # evaluation and the fastest there is the best; 0 or 1 turns it off
+    head_to_head_top: int = 3
     llm_options: dict = field(default_factory=dict)  # extra LLMConfig fields: timeout_s, max_retries, max_tokens...
     # After a model call failed (the client's own retries spent), the loop waits before its next step: this many
     # seconds, doubling per failure in a row, or what a 429's Retry-After asks for up to endpoint_max_wait_s (a
@@ -80,6 +83,8 @@ class RunConfig:
             problems.append("endpoint_backoff_s and endpoint_max_wait_s must be >= 0")
         if self.max_endpoint_failures < 1:
             problems.append("max_endpoint_failures must be at least 1")
+        if not 0 <= self.head_to_head_top <= 8:
+            problems.append("head_to_head_top must be between 0 and 8")
         if self.eval_timeout_s <= 0:
             problems.append("eval_timeout_s must be > 0")
         if bool(self.reference_program) != bool(self.reference_target):

@@ -39,12 +39,14 @@ from collections.abc import Callable, Iterator
 
 from ..agents.base import AnalysisAgent, GenerationAgent
 from ..errors import KForgeError
-from ..eval.evaluator import evaluate
+from ..eval import baselines
+from ..eval.evaluator import evaluate, head_to_head
 from ..eval.verdict import Verdict
 from ..platform import get_platform
 from ..problem import load_problem
 from .config import RunConfig
-from .events import ErrorReported, IterationStarted, LoopEvent, PassStarted, RunFinished
+from .events import (
+    BestUpdated, ErrorReported, EvalStage, HeadToHead, IterationStarted, LoopEvent, PassStarted, RunFinished)
 from .feedback import feedback_for, history_entry, optimization_feedback
 from .steps import CandidateSteps
 from .types import (
@@ -59,7 +61,8 @@ class Synthesis(CandidateSteps):
 
     def __init__(self, config: RunConfig, generation_agent: GenerationAgent, analysis_agent: AnalysisAgent, *,
                  state: LoopState | None = None, should_cancel: Callable[[], bool] | None = None,
-                 evaluate_fn: Callable[..., Verdict] = evaluate, clock: Callable[[], float] = time.monotonic):
+                 evaluate_fn: Callable[..., Verdict] = evaluate, clock: Callable[[], float] = time.monotonic,
+                 head_to_head_fn: Callable[..., dict] | None = None):
         config.validate()
         self.config = config
         self.generator = generation_agent
@@ -67,6 +70,8 @@ class Synthesis(CandidateSteps):
         self.state = state or LoopState()
         self._should_cancel = should_cancel or (lambda: False)
         self._evaluate = evaluate_fn
+        # the real head-to-head only with the real evaluator (a test's fake verdicts have no programs to re-time)
+        self._head_to_head_fn = head_to_head_fn or (head_to_head if evaluate_fn is evaluate else None)
         self._clock = clock
         self._started = clock()
         self._cancel = threading.Event()  # set on Ctrl-C / cancel so agent threads stop at their next token
@@ -92,6 +97,7 @@ class Synthesis(CandidateSteps):
                     break
                 step = self._functional_step if nxt is Next.RETRY else self._optimization_step
                 nxt = yield from step()
+            yield from self._head_to_head()
             yield from self._close(*self._outcome())
         except (Cancelled, KeyboardInterrupt):
             self._cancel.set()
@@ -115,6 +121,52 @@ class Synthesis(CandidateSteps):
             yield from self._close("failed", message)
             raise
 
+    def _head_to_head(self) -> Iterator[LoopEvent]:
+        """Best means best: the top contenders re-timed side by side in one evaluation; the fastest there wins."""
+        st, n = self.state, self.config.head_to_head_top
+        if st.head_to_head_done or n < 2 or self._head_to_head_fn is None or st.best is None:
+            return
+        seen, contenders = set(), []
+        for a in sorted((a for a in st.correct_attempts if a.verdict and a.verdict.speedup_vs_eager and a.code),
+                        key=lambda a: -a.verdict.speedup_vs_eager):
+            if a.code not in seen:
+                seen.add(a.code)
+                contenders.append(a)
+        contenders = contenders[:n]
+        if len(contenders) < 2:
+            return
+        st.head_to_head_done = True
+        rule = (f"best = the fastest median in one head-to-head evaluation of the top {len(contenders)} correct "
+                f"candidates (picked by speedup vs eager), interleaved trial by trial on the same inputs")
+        yield EvalStage(iteration=None, stage=f"head to head: re-timing {len(contenders)} candidates",
+                        detail={"contenders": ",".join(str(a.iteration) for a in contenders)})
+        programs = {a.iteration: a.code for a in contenders}
+        result = yield from self._evaluate_live(None, programs, self._eval_options(OPTIMIZATION),
+                                                evaluate_fn=self._head_to_head_fn)
+        times = result.get("contenders") or {}
+        if result.get("error") or len(times) < len(contenders):
+            yield HeadToHead(contenders=[], eager=result.get("eager"), compiled=result.get("compiled"),
+                             best_iteration=st.best.iteration, rule=rule,
+                             error=result.get("error") or "not every contender was timed; best kept as it was")
+            return
+        eager, compiled = result.get("eager") or {}, result.get("compiled") or {}
+        rows = []
+        for a in contenders:
+            t = times[a.iteration]
+            rows.append({"iteration": a.iteration, "candidate_ms": t["median_ms"], "min_ms": t["min_ms"],
+                         "max_ms": t["max_ms"], "trials": t["trials"],
+                         "speedup_vs_eager": _ratio(eager.get("median_ms"), t["median_ms"]),
+                         "speedup_vs_compiled": _ratio(compiled.get("median_ms"), t["median_ms"])})
+        winner = min(rows, key=lambda r: r["candidate_ms"])
+        yield HeadToHead(contenders=rows, eager=eager or None, compiled=compiled or None,
+                         best_iteration=winner["iteration"], rule=rule)
+        best = next(a for a in contenders if a.iteration == winner["iteration"])
+        st.best = best
+        yield BestUpdated(iteration=best.iteration, candidate_ms=winner["candidate_ms"],
+                          speedup_vs_eager=winner["speedup_vs_eager"],
+                          speedup_vs_compiled=winner["speedup_vs_compiled"], eager_ms=eager.get("median_ms"),
+                          compiled_ms=compiled.get("median_ms"))
+
     def _outcome(self) -> tuple[str, str | None]:
         if self.state.best is not None:
             return "succeeded", None
@@ -127,6 +179,9 @@ class Synthesis(CandidateSteps):
             yield self._finished(Attempt(index, pass_name, CANCELLED_ITERATION_STATUS,
                                          f"{STOPPED} ({self.stop_reason or status})", endpoint_failure=True))
         self.finished = True
+        if self._evaluate is evaluate:  # the run's warm baseline: built once per run, closed with it
+            baselines.release(baselines.key_for(self.problem.source, self.config.size_class, self.platform.name,
+                                                self.platform.device_name()))
         best = self.state.best
         yield RunFinished(status=status, error=error, stop_reason=self.stop_reason,
                           best_iteration=best.iteration if best else None, endpoint_failure=endpoint_failure)
@@ -241,3 +296,7 @@ class Synthesis(CandidateSteps):
             self._open[index] = pass_name
             yield IterationStarted(iteration=index, pass_name=pass_name)
         return indexes
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num and den else None

@@ -16,11 +16,15 @@ Kinds the loop appends with `RunStore.append_event` (payload = `data()`):
     compile_log        {iteration, log}
     verdict            {iteration, verdict: Verdict.to_dict()}
     timings            {iteration, candidate_ms, eager_ms, compiled_ms, speedup_vs_eager, speedup_vs_compiled,
-                        torch_compile_s}
+                        torch_compile_s, candidate/eager/compiled: {median_ms, min_ms, max_ms, trials},
+                        baseline_shared, noisy: [timing names beyond the noise bound]}
     profile            {iteration, profile, roofline}
     recommendations    {iteration, recommendations: [Recommendation.to_dict()], text, agent_label, analyzed_iteration,
                         notes}
     error              {message, where}
+    eval_stage         {iteration, stage, ...}          (the evaluation's progress: "checking seed 2/5", "timing")
+    head_to_head       {contenders: [{iteration, candidate_ms, min_ms, max_ms, trials, speedup_vs_eager,
+                        speedup_vs_compiled}], eager, compiled, best_iteration, rule, error}
 
 Kinds the store writes itself, through the method named (the loop yields them as events all the same, so that
 every consumer sees one stream):
@@ -181,11 +185,19 @@ class Timings(LoopEvent):
     speedup_vs_eager: float | None
     speedup_vs_compiled: float | None
     torch_compile_s: float | None
+    # each timing's {median_ms, min_ms, max_ms, trials}: the spread belongs to the number
+    candidate: dict | None = None
+    eager: dict | None = None
+    compiled: dict | None = None
+    baseline_shared: bool = False  # the torch.compile baseline was built once for the run and kept warm
+    noisy: tuple = ()
 
     def data(self) -> dict:
         return {"iteration": self.iteration, "candidate_ms": self.candidate_ms, "eager_ms": self.eager_ms,
                 "compiled_ms": self.compiled_ms, "speedup_vs_eager": self.speedup_vs_eager,
-                "speedup_vs_compiled": self.speedup_vs_compiled, "torch_compile_s": self.torch_compile_s}
+                "speedup_vs_compiled": self.speedup_vs_compiled, "torch_compile_s": self.torch_compile_s,
+                "candidate": self.candidate, "eager": self.eager, "compiled": self.compiled,
+                "baseline_shared": self.baseline_shared, "noisy": list(self.noisy)}
 
 
 @dataclass(frozen=True)
@@ -213,6 +225,32 @@ class RecommendationsReady(LoopEvent):
         return {"iteration": self.iteration, "recommendations": [r.to_dict() for r in self.recommendations],
                 "text": self.text, "agent_label": self.agent_label, "analyzed_iteration": self.analyzed_iteration,
                 "notes": self.notes}
+
+
+@dataclass(frozen=True)
+class EvalStage(LoopEvent):
+    kind: ClassVar[str] = "eval_stage"
+    iteration: int | None
+    stage: str
+    detail: dict
+
+    def data(self) -> dict:
+        return {**self.detail, "iteration": self.iteration, "stage": self.stage}
+
+
+@dataclass(frozen=True)
+class HeadToHead(LoopEvent):
+    kind: ClassVar[str] = "head_to_head"
+    contenders: list
+    eager: dict | None
+    compiled: dict | None
+    best_iteration: int | None
+    rule: str
+    error: str | None = None
+
+    def data(self) -> dict:
+        return {"contenders": self.contenders, "eager": self.eager, "compiled": self.compiled,
+                "best_iteration": self.best_iteration, "rule": self.rule, "error": self.error}
 
 
 @dataclass(frozen=True)
@@ -303,5 +341,5 @@ class RunFinished(LoopEvent):
 ALL_EVENTS: tuple[type[LoopEvent], ...] = (
     PassStarted, IterationStarted, PromptSent, Tokens, ProgramExtracted, ProgramMissing, Diff, CompileLog,
     VerdictReady, Timings, ProfileReady, RecommendationsReady, ErrorReported, UsageRecorded, IterationFinished,
-    BestUpdated, RunFinished, Retrying,
+    BestUpdated, RunFinished, Retrying, EvalStage, HeadToHead,
 )

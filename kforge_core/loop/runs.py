@@ -3,9 +3,9 @@
 `execute_run` drives `Synthesis.events()` and writes every event to the store through `StoreRecorder` (store-owned
 kinds through their RunStore methods, streamed tokens batched by the store's TokenBuffer, and written by a timer
 thread when the model goes silent). A heartbeat thread with its own connection proves the process alive every few
-seconds and polls the cancel flag, so a cancel requested from the app or `runs cancel` reaches the loop at its next
-check point (between steps, or the next streamed token; an evaluation in progress runs to its end, bounded by
-`eval_timeout_s`).
+seconds and polls the cancel flag (every CANCEL_POLL_S), so a cancel requested from the app or `runs cancel` reaches
+the loop at its next check point: between steps, the next streamed token, or -- during an evaluation -- the
+evaluator's supervision loop, which kills the evaluation's process group at once and ends the run as cancelled.
 
 Whatever stops the run -- the loop's own end, a cancel, Ctrl-C, an endpoint refusal, a bug -- the record is left
 consistent: every started iteration finished with a status, the run finished as succeeded / failed / cancelled.

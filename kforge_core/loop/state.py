@@ -57,9 +57,11 @@ def restore_state(store: RunStore, run_id: str, config: RunConfig) -> LoopState:
                 state.history.append(history_entry(a, best_so_far))
             if a.correct and is_faster(a, best_so_far):
                 best_so_far = a
+    state.correct_attempts = [a for a in finished if a.correct and a.verdict is not None]
     state.tokens_used = int(run["tokens_prompt"] or 0) + int(run["tokens_completion"] or 0)
     events = store.events(run_id)
     state.passes_started = {e["data"].get("pass") for e in events if e["kind"] == "pass_started"}
+    state.head_to_head_done = any(e["kind"] == "head_to_head" for e in events)
     state.elapsed_before_s = _work_time_s(events)
     return state
 
@@ -109,6 +111,20 @@ def summarize_run(store: RunStore, run_id: str) -> dict[str, Any]:
                     "eager_ms": v.get("eager_ms"), "compiled_ms": v.get("compiled_ms"),
                     "speedup_vs_eager": row["speedup_vs_eager"], "speedup_vs_compiled": row["speedup_vs_compiled"],
                     "code": row["code"]}
+    contest = [e["data"] for e in store.events(run_id) if e["kind"] == "head_to_head"]
+    if best is not None:
+        # how the best was chosen, in words: a head-to-head re-timing, or (none held) its own evaluation
+        best["chosen_by"] = (contest[-1]["rule"] if contest and not contest[-1].get("error") else
+                             "the fastest median among the run's separate evaluations (no head-to-head was run"
+                             + (f": {contest[-1]['error']}" if contest else "") + ")")
+        best["head_to_head"] = contest[-1] if contest else None
+        row = next((r for r in (contest[-1].get("contenders") or []) if r.get("iteration") == best["iteration"]),
+                   None) if contest else None
+        if row:  # the numbers the choice was made on, measured side by side
+            best.update(candidate_ms=row["candidate_ms"], speedup_vs_eager=row["speedup_vs_eager"],
+                        speedup_vs_compiled=row["speedup_vs_compiled"],
+                        eager_ms=(contest[-1].get("eager") or {}).get("median_ms"),
+                        compiled_ms=(contest[-1].get("compiled") or {}).get("median_ms"))
     return {
         "run_id": run["id"], "status": run["status"], "error": run["error"], "problem_name": run["problem_name"],
         "target": run["target"], "agent": run["agent"], "model": run["model"],

@@ -89,6 +89,8 @@ class LoopState:
     passes_started: set[str] = field(default_factory=set)
     endpoint_failures_in_a_row: int = 0
     endpoint_wait_s: float = 0.0  # how long the loop waits before its next step (after a failed model call)
+    correct_attempts: list[Attempt] = field(default_factory=list)  # the contenders of the final head-to-head
+    head_to_head_done: bool = False
 
 
 def is_faster(attempt: Attempt, best: Attempt | None) -> bool:

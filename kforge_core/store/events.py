@@ -23,7 +23,7 @@ these kinds, so the log and the rows can never disagree):
 Appended by the loop with `append_event` (the data shapes belong to kforge_core/loop.py):
 
     pass_started, prompt_sent, tokens, program_extracted, program_missing, diff, compile_log, verdict, timings,
-    profile, recommendations, error
+    profile, recommendations, error, eval_stage, head_to_head
 
 `tokens` carries streamed model output, batched by `TokenBuffer` (`{"text": ..., **extra}`) so that one event
 is written per N characters or T seconds rather than per token.
@@ -62,6 +62,8 @@ class EventKind(StrEnum):
     ERROR = "error"
     CANCEL_REQUESTED = "cancel_requested"
     RETRY = "retry"
+    EVAL_STAGE = "eval_stage"
+    HEAD_TO_HEAD = "head_to_head"
 
 
 EVENT_KINDS = frozenset(k.value for k in EventKind)

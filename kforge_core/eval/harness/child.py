@@ -62,6 +62,9 @@ def serve(request: dict, started: float | None = None) -> None:
     caller, or the result file a fork-server child was given)."""
     random.seed()  # a forked child must not share its fork server's random state
     workdir = Path(request["workdir"])
+    from . import progress
+
+    progress.open_channel(request)  # before any problem or candidate code: the caller's FIFOs, opened by us
     scrub_sys_path(workdir)
     out_fd = _redirect_output(workdir)
     nonce = request.pop("nonce")

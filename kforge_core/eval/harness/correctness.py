@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from . import context, guards, launches, watchdog
+from . import context, guards, launches, progress, watchdog
 from .compare import compare_outputs, flatten, tensors_equal
 from .loading import clone, tensor_bytes
 
@@ -155,7 +155,8 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
     cand_seen: list = []
     try:
         last_inputs = None
-        for seed in seeds:
+        for k, seed in enumerate(seeds):
+            progress.stage(f"checking seed {k + 1}/{len(seeds)}", seed=k + 1, of=len(seeds))
             inputs = make_inputs(seed)
             pristine = clone(inputs)
             ref_out = reference(clone(inputs))

@@ -6,6 +6,7 @@ as verdicts. The candidate's exceptions are data, never crashes of the harness.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import traceback
@@ -17,11 +18,11 @@ from ...errors import CompileError
 from ...platform import TimingIntegrityError, get_platform
 from ..rules import check_candidate
 from ..tolerance import get_policy
-from . import context, guards, launches, watchdog, work
+from . import context, guards, launches, progress, watchdog, work
 from .compare import compare_outputs, describe, flatten, tensors_equal
 from .correctness import check_correctness
 from .loading import CandidateShapeError, candidate_class, check_inputs, clone, import_file, size_overrides, to_device
-from .timing import TimingOptions, compile_baseline, time_models
+from .timing import RemoteModel, TimingOptions, compile_baseline, time_models
 
 
 class ProblemFailure(Exception):
@@ -134,10 +135,15 @@ def run(request: dict, workdir: Path) -> dict:
 
 
 def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
+    progress.stage("loading the problem", pid=os.getpid())  # the process a cancel kills (with its group)
     module, init, ref_model, make_inputs = _load_reference(request, workdir, platform)
     ref_warnings, inputs0, outputs0 = _reference_checks(ref_model, make_inputs, platform)
     problem_info = {"inputs": [describe(x) for x in flatten(inputs0)],
                     "outputs": [describe(x) for x in flatten(outputs0)], "warnings": ref_warnings}
+    if request.get("mode") == "head_to_head":
+        from .contest import run_contest
+
+        return run_contest(request, workdir, platform, timer, state, ref_model, init, make_inputs)
     if request.get("mode") == "validate":
         ms = platform.make_timer().time_ms(lambda: ref_model(*inputs0))
         return {"status": "correct", "reason": "problem is valid", "problem": {**problem_info, "reference_ms": ms}}
@@ -156,6 +162,7 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
                         checks=[{"name": v.rule, "passed": False, "detail": str(v)} for v in violations])
 
     context.set_candidate(cand_path)
+    progress.stage("building the candidate")
     # What the candidate must leave as it found it, taken after the problem's own imports (a problem may set
     # torch flags legitimately) and right before the first line of candidate code runs.
     state.update(guards.snapshot_state())
@@ -227,6 +234,7 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
         if rejected:
             return _verdict("rejected", rejected, **base)
         if request.get("profile"):
+            progress.stage("profiling")
             base["profile"] = _profile(platform, new_model, make_inputs)
             prof = base["profile"] or {}
             if platform.profiler_times_device and base.get("roofline") and prof.get("per_forward_ms"):
@@ -309,7 +317,14 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
     policy = get_policy(request.get("tolerance", "default"))
     models = {"candidate": new_model, "eager": ref_model}
     out: dict = {"warnings": []}
-    if request.get("baselines", True):
+    remote = None
+    if request.get("baselines", True) and request.get("compiled_unavailable"):
+        out["warnings"].append(str(request["compiled_unavailable"]))
+    elif request.get("baselines", True) and request.get("remote_compiled") and progress.relay_available():
+        # the run's warm baseline, timed by the caller in its own process at this model's turn in each trial
+        remote = models["compiled"] = RemoteModel(progress.relay)
+    elif request.get("baselines", True):
+        progress.stage("building the torch.compile baseline")
         with guards.trusted():
             compiled, compile_s, err = compile_baseline(ref_model, make_inputs(0), platform)
         if compiled is not None:
@@ -347,6 +362,7 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
     kernel_before = launches.kernel_ns()
     # the timing phase: its budget, plus one forward call's limit for each model's slowest call
     phase_s = 3 * opts.budget_s + len(models) * context.call_limit_s
+    progress.stage("timing", models=len(models))
     with watchdog.limit(phase_s, "the timing phase"):
         summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
     _raise_guard_findings(state)  # the full check (every patched function), once timing is over
@@ -355,6 +371,8 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
         per_call_ns = (launches.kernel_ns() - kernel_before) / candidate_calls[0]
         out["custom_share_timed"] = work.share(per_call_ns, summaries["candidate"]["median_ms"] * 1e6)
     out.update({name: summaries.get(name) for name in ("candidate", "eager", "compiled")})
+    if remote is not None and remote.failed:
+        out["warnings"].append(f"torch.compile baseline lost during timing: {remote.failed}")
     eager_ms = summaries["eager"]["median_ms"]
     if eager_ms < platform.tiny_problem_ms:
         out["warnings"].append(f"the reference runs in {eager_ms * 1000:.1f} µs: launch and call overhead dominate, "

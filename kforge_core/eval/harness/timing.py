@@ -31,6 +31,9 @@ class TimingOptions:
     min_trials: int = 10
     max_trials: int = 100
     budget_s: float = 2.0  # wall time for all trials of all models together (generation and checks included)
+    # after min_trials, stop as soon as every model's median is known to within this fraction (a 95 % confidence
+    # interval from order statistics): a steady machine stops early, a noisy one keeps timing up to the budget
+    settle: float = 0.03
     rotating_sets: int = 4  # unused: every trial now gets freshly generated inputs (kept for old option dicts)
     rotating_bytes_max: int = 1 << 30  # unused, as above
 
@@ -38,6 +41,26 @@ class TimingOptions:
 def summarize(samples: list[float]) -> dict:
     return {"median_ms": statistics.median(samples), "min_ms": min(samples), "max_ms": max(samples),
             "trials": len(samples)}
+
+
+class RemoteModel:
+    """A baseline timed in another process (the run's warm torch.compile baseline, `kforge_core.eval.baselines`): at its
+    turn in a trial `time_models` asks through `ask(message) -> answer` instead of calling it, and the caller keeps
+    the time. A failed request drops it for the rest of the evaluation (`failed` says why)."""
+
+    def __init__(self, ask: Callable[[dict], dict]):
+        self.ask = ask
+        self.failed: str | None = None
+
+    def request(self, message: dict) -> None:
+        if self.failed:
+            return
+        try:
+            answer = self.ask(message)
+        except Exception as e:  # noqa: BLE001 - a lost baseline must not cost the candidate its verdict
+            answer = {"error": f"{type(e).__name__}: {e}"}
+        if "error" in answer:
+            self.failed = str(answer["error"])[:300]
 
 
 # verify(what, inputs, pristine, outputs, launched): raise to stop timing
@@ -58,6 +81,9 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
     # Warm-up: a varying number of calls so a candidate cannot count its way into "timed" behaviour.
     for name, model in models.items():
         for i in range(rng.randint(3, 7)):
+            if isinstance(model, RemoteModel):
+                model.request({"op": "warm", "seed": seed_base + i})
+                continue
             inputs = make_inputs(seed_base + i)
             pristine = clone(inputs) if verify else None
             launches.reset()
@@ -66,10 +92,12 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
             if verify:
                 verify(f"warm-up call {i + 1} of {name}", inputs, pristine, {name: out}, {name: launches.total()})
 
-    samples: dict[str, list[float]] = {name: [] for name in models}
+    samples: dict[str, list[float]] = {name: [] for name, m in models.items() if not isinstance(m, RemoteModel)}
     deadline = time.monotonic() + opts.budget_s
     trial = 0
     while trial < opts.max_trials and (trial < opts.min_trials or time.monotonic() < deadline):
+        if trial >= opts.min_trials and opts.settle and all(median_settled(v, opts.settle) for v in samples.values()):
+            break
         inputs = make_inputs(seed_base + 100 + trial)
         pristine = clone(inputs) if verify else None
         outputs: dict[str, object] = {}
@@ -77,6 +105,9 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
         order = list(models.items())
         shift = trial % len(order)  # rotate who goes first, so a device idling while inputs are made hurts all alike
         for name, model in order[shift:] + order[:shift]:
+            if isinstance(model, RemoteModel):
+                model.request({"op": "time", "trial": trial, "seed": seed_base + 100 + trial})
+                continue
             platform.flush_cache()
             launches.reset()
             box = []
@@ -86,6 +117,17 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
             verify(f"timed call {trial + 1}", inputs, pristine, outputs, launched)
         trial += 1
     return {name: summarize(s) for name, s in samples.items()}
+
+
+def median_settled(samples: list[float], within: float) -> bool:
+    """Whether a distribution-free 95 % confidence interval of the median lies within +-`within` of it."""
+    n = len(samples)
+    k = int((n - 1.96 * n ** 0.5) / 2)  # order statistics bounding the median's 95 % interval
+    if n < 6 or k < 0:
+        return False
+    s = sorted(samples)
+    med = statistics.median(s)
+    return med > 0 and s[k] >= med * (1 - within) and s[n - 1 - k] <= med * (1 + within)
 
 
 def compile_baseline(ref_model, example_inputs, platform) -> tuple[object | None, float | None, str | None]:
