@@ -408,9 +408,15 @@ _DISPATCH_LINE = re.compile(r"^(CPU|CUDA|MPS|Autograd(CPU|CUDA|MPS)?|CompositeIm
                             r"CompositeExplicitAutograd(NonFunctional)?)(\[alias\])?: ")
 
 
+# glibc's own signals 32 and 33 (SIGCANCEL, SIGSETXID: bits 31 and 32 of the masks). glibc installs their handlers
+# when the process first starts a thread, which an honest kernel's OpenMP pool may be the first to do (with
+# OMP_NUM_THREADS=1 torch starts none at import); no program can install its own handler for them.
+_GLIBC_SIGNALS = (1 << 31) | (1 << 32)
+
+
 def native_state() -> dict[str, object]:
-    """Signal dispositions (caught and ignored masks, process-wide), interval timers and POSIX timers: cheap enough
-    for every call."""
+    """Signal dispositions (caught and ignored masks, process-wide, less glibc's own), interval timers and POSIX
+    timers: cheap enough for every call."""
     import signal
 
     snap: dict[str, object] = {}
@@ -418,7 +424,8 @@ def native_state() -> dict[str, object]:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
                 if line.startswith(("SigIgn:", "SigCgt:")):
-                    snap[f"signal dispositions ({line[:6]})"] = line.split()[1]
+                    mask = int(line.split()[1], 16) & ~_GLIBC_SIGNALS
+                    snap[f"signal dispositions ({line[:6]})"] = f"{mask:016x}"
     except OSError:
         pass
     for which in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF"):

@@ -1,0 +1,32 @@
+"""The signal-disposition snapshot ignores glibc's own signals, so an honest CPU candidate stays `correct` when its
+OpenMP pool is the process's first thread (OMP_NUM_THREADS=1, as Ray sets for one-CPU tasks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_native_state_leaves_out_glibc_signals_and_keeps_the_rest():
+    code = ("import signal, threading\nfrom kforge_core.eval.harness.guards import native_state\n"
+            "a = native_state()\nthreading.Thread(target=lambda: None).start()\nb = native_state()\n"
+            "signal.signal(signal.SIGUSR1, lambda *x: None)\nc = native_state()\n"
+            "k = 'signal dispositions (SigCgt)'\nprint(a[k] == b[k], b[k] != c[k])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr
+
+
+def test_honest_cpu_candidate_is_correct_with_one_openmp_thread(tmp_path):
+    example = ROOT / "platforms" / "examples" / "cpu"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "KFORGE_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-m", "kforge_core", "evaluate", "--problem", str(example / "problem.py"),
+                          "--candidate", str(example / "candidate.py"), "--target", "cpu", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    verdict = json.loads(out.stdout)
+    assert verdict["status"] == "correct", verdict["reason"]
