@@ -7,6 +7,16 @@
 # it on every interface of the host: use `-p 127.0.0.1:8501:8501` to keep it local. The app starts processes that
 # compile and run generated code: do not expose it to a network you do not trust.
 #
+# The same image is a Ray worker node for `bench --cluster` (Ray comes from requirements-ray.txt; build with
+# --build-arg WITH_RAY=0 to leave it out). On each GPU host, joining the head at HEAD (port 6379):
+#
+#   docker run -d --gpus all --network host --shm-size 8g --no-healthcheck -v kforge-data:/data kforge \
+#       ray start --address=HEAD:6379 --block
+#
+# --network host: Ray's nodes connect to each other on many ports; --shm-size: Ray's object store lives in
+# /dev/shm; --no-healthcheck: the health check below probes the app, which a worker does not serve. Each node keeps
+# its own build and ceilings caches under /data, measured on its own devices.
+#
 # The runtime base has NVRTC (the CUDA target's default compiler) and Triton; KernelBench-style `load_inline`
 # candidates need nvcc: build with --build-arg BASE_IMAGE=pytorch/pytorch:2.9.0-cuda12.8-cudnn9-devel.
 ARG BASE_IMAGE=pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime
@@ -24,10 +34,12 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/kforge
-COPY requirements.txt .
+COPY requirements.txt requirements-ray.txt ./
+ARG WITH_RAY=1
 # torch comes with the base image (a CUDA build); requirements.txt pins the CPU build the CI machines use.
 RUN grep -vE '^\s*torch\s*([=<>~!]|$)' requirements.txt > /tmp/requirements-app.txt \
     && pip install -r /tmp/requirements-app.txt \
+    && if [ "$WITH_RAY" = "1" ]; then pip install -r requirements-ray.txt; fi \
     && rm /tmp/requirements-app.txt
 
 RUN useradd --create-home --uid 1000 --shell /usr/sbin/nologin kforge \

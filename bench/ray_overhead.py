@@ -1,0 +1,93 @@
+"""Local executor vs Ray over the same small suite, side by side in one run: what Ray adds per problem.
+
+    python bench/ray_overhead.py [--suite level1/01_relu,level1/03_silu,level1/08_clamp] [--rounds 2]
+
+Starts a Ray cluster on this machine (a head and one worker node with one CPU, so Ray runs the problems one at a
+time as the local executor does on one device), then alternates: the bench with the local executor, the same
+bench through Ray, `--rounds` times, each into a fresh output folder and run store (the build cache is shared, so
+after the first round both find their kernels built). Prints per round the wall time of the whole bench and per
+problem, and at the end the medians over the rounds after the first:
+
+- per-task overhead: (Ray bench - local bench) / problems, everything included (joining the cluster, shipping
+  the code, starting worker processes, events through the mailbox, results back);
+- in-task: median over problems of (Ray run - local run), the run timed from its task's start;
+- joining: ray.init + shutdown alone.
+
+Verdicts (status, correct, iterations) must be the same for both executors; a difference is printed and makes
+the exit status 1. The built-in agent, the CPU target, no baselines (the timing of a problem is not the point).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kforge_core.bench.agreement import same_verdicts  # noqa: E402
+from kforge_core.bench.ray_driver import connect, import_ray  # noqa: E402
+from kforge_core.bench.ray_local import local_cluster  # noqa: E402
+from kforge_core.bench.runner import BenchConfig, run_bench  # noqa: E402
+
+SUITE = "level1/01_relu,level1/03_silu,level1/08_clamp"
+
+
+def _bench(suite: str, out: Path, cluster: str | None) -> tuple[float, list[dict]]:
+    import json
+
+    cfg = BenchConfig(suite=suite, target="cpu", out_dir=out, agent="builtin", db_path=str(out / "runs.db"),
+                      max_functional_iters=1, max_optimization_iters=0, size_class="cpu", eval_baselines=False,
+                      cluster=cluster)
+    start = time.perf_counter()
+    run_bench(cfg, progress=lambda s: None)
+    return time.perf_counter() - start, json.loads((out / "results.json").read_text())["problems"]
+
+
+def _walls(records: list[dict], key: str) -> str:
+    return " ".join(f"{r.get(key) or 0:.1f}" for r in records)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", default=SUITE)
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of (local, Ray); the first warms the caches")
+    args = ap.parse_args()
+    ray = import_ray()
+    work = Path(tempfile.mkdtemp(prefix="kforge-ray-overhead-"))
+    rows, failed = [], False
+    with local_cluster([{"num_cpus": 1}]) as cluster:
+        start = time.perf_counter()
+        connect(cluster.address)
+        ray.shutdown()
+        join_s = time.perf_counter() - start
+        for r in range(args.rounds):
+            local_s, local = _bench(args.suite, work / f"local-{r}", None)
+            ray_s, remote = _bench(args.suite, work / f"ray-{r}", cluster.address)
+            ok, diff = same_verdicts(local, remote)
+            failed |= not ok
+            in_task = [b["wall_s"] - a["wall_s"] for a, b in zip(local, remote)]
+            rows.append((local_s, ray_s, statistics.median(in_task), len(local)))
+            print(f"round {r + 1}: local {local_s:6.1f} s, Ray {ray_s:6.1f} s over {len(local)} problems; per problem "
+                  f"local {_walls(local, 'wall_s')} s, Ray {_walls(remote, 'wall_s')} s (queued "
+                  f"{_walls(remote, 'queued_s')} s); verdicts {'identical' if ok else 'DIFFER: ' + diff}", flush=True)
+    measured = rows[1:] or rows
+    n = measured[0][3]
+    print(f"\nmedians over {len(measured)} round(s){' after the first' if len(rows) > 1 else ''}:")
+    print(f"{'':24}{'local':>10}{'Ray':>10}")
+    print(f"{'bench wall (s)':24}{statistics.median(r[0] for r in measured):10.1f}"
+          f"{statistics.median(r[1] for r in measured):10.1f}")
+    print(f"{'per problem (s)':24}{statistics.median(r[0] for r in measured) / n:10.2f}"
+          f"{statistics.median(r[1] for r in measured) / n:10.2f}")
+    print(f"per-task overhead of Ray, all included: "
+          f"{statistics.median((r[1] - r[0]) / r[3] for r in measured):+.2f} s; in the task itself: "
+          f"{statistics.median(r[2] for r in measured):+.2f} s; joining the cluster (once per bench): {join_s:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
