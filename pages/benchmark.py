@@ -9,6 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from app.cluster import bench_notes
 from app.formatting import fmt_ms, fmt_x
 from kforge_core.bench.charts import fast_p_figure, speedup_figure
 from kforge_core.bench.metrics import P_VALUES
@@ -62,6 +63,7 @@ c1.metric("Correct", f"{summary['correct']}/{summary['problems']}", _pct(summary
 c2.metric("fast_1 vs eager", _pct(summary["fast_p_vs_eager"]["1"]))
 c3.metric("fast_1 vs torch.compile", _pct(summary["fast_p_vs_compiled"]["1"]))
 c4.metric("Geomean vs eager (failures = 1.0×)", fmt_x(summary["geomean_speedup_vs_eager_failures_as_1"]))
+bench_notes(summary)
 
 rows = []
 for p in P_VALUES:
@@ -88,4 +90,5 @@ st.dataframe([{"problem": r.get("problem"), "level": r.get("level"), "status": r
                "candidate": fmt_ms(r.get("candidate_ms")), "eager": fmt_ms(r.get("eager_ms")),
                "torch.compile": fmt_ms(r.get("compiled_ms")), "vs eager": fmt_x(r.get("speedup_vs_eager")),
                "vs compile": fmt_x(r.get("speedup_vs_compiled")), "run": r.get("run_id") or "",
+               "node": r.get("node") or "", "device": r.get("device") or "",
                "error": (r.get("error") or "")[:120]} for r in records], hide_index=True, width="stretch")
