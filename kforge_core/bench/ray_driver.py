@@ -163,7 +163,7 @@ class RayExecutor:
                 p.live.recorder.record(item)
 
     def _started(self, store, p: _Problem, attempt: str, info: dict) -> None:
-        from ..loop_runs import StoreRecorder, create_run
+        from ..loop.runs import StoreRecorder, create_run
 
         run_id = create_run(store, p.config, check_target=False)
         if p.live is not None:  # Ray runs the task again: the previous attempt's node or worker died

@@ -79,7 +79,7 @@ def solve_on_node(key: str, config, mailbox) -> dict:
     Messages besides loop events: {"kf": "start", node, device} first (the driver then creates the run), and
     {"kf": "abort", status, error} when the loop could not run or stopped on an error."""
     from ..agents.factory import build_agents
-    from ..loop_engine import Synthesis
+    from ..loop.engine import Synthesis
     from ..platform import get_platform
 
     attempt = uuid.uuid4().hex
