@@ -43,7 +43,7 @@ class LocalExecutor:
         return {"executor": "local", "device": self.platform.device_name(), "devices": self.devices}
 
     def run(self, problems: list[SuiteProblem], cfg, on_record: OnRecord) -> None:
-        from .runner import solve_here
+        from .problem_run import solve_here
 
         if self.devices > 1 and len(problems) > 1:
             ctx = mp.get_context("spawn")
@@ -63,7 +63,7 @@ def _init_worker(devices: "mp.Queue") -> None:
 
 
 def _solve_star(args) -> dict:
-    from .runner import solve_here
+    from .problem_run import solve_here
 
     return solve_here(*args)
 

@@ -111,7 +111,7 @@ class RayExecutor:
 
         from ..store import open_store
         from .ray_task import Mailbox, solve_on_node
-        from .runner import checked_run_config, error_record
+        from .problem_run import checked_run_config, error_record
 
         here = ray.get_runtime_context().get_node_id()
         mailbox = Mailbox.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
@@ -183,7 +183,7 @@ class RayExecutor:
             self.on_start(p.problem.name, info["node_id"])
 
     def _finish(self, ray, store, p: _Problem, ref) -> dict:
-        from .runner import error_record, run_record
+        from .problem_run import error_record, run_record
 
         try:
             result = ray.get(ref)
