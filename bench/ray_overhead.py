@@ -13,6 +13,7 @@ problem, and at the end the medians over the rounds after the first:
 - in-task: median over problems of (Ray run - local run), the run timed from its task's start;
 - joining: ray.init + shutdown alone.
 
+Both executors run with OMP_NUM_THREADS=1 (Ray's own choice for a one-core task), so thread counts do not differ.
 Verdicts (status, correct, iterations) must be the same for both executors; a difference is printed and makes
 the exit status 1. The built-in agent, the CPU target, no baselines (the timing of a problem is not the point).
 """
@@ -20,6 +21,7 @@ the exit status 1. The built-in agent, the CPU target, no baselines (the timing 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -28,6 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# Ray sets OMP_NUM_THREADS to the cores a task asked for (1 here); the local bench gets the same, or the comparison
+# would measure thread counts rather than Ray. Set before anything imports torch or starts a child.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from kforge_core.bench.agreement import same_verdicts  # noqa: E402
 from kforge_core.bench.ray_driver import connect, import_ray  # noqa: E402

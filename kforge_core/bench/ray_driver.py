@@ -110,8 +110,8 @@ class RayExecutor:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from ..store import open_store
-        from .ray_task import Mailbox, solve_on_node
         from .problem_run import checked_run_config, error_record
+        from .ray_task import Mailbox, solve_on_node
 
         here = ray.get_runtime_context().get_node_id()
         mailbox = Mailbox.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
