@@ -1,9 +1,10 @@
 """Local executor vs Ray over the same small suite, side by side in one run: what Ray adds per problem.
 
     python bench/ray_overhead.py [--suite level1/01_relu,level1/03_silu,level1/08_clamp] [--rounds 2]
+    python bench/ray_overhead.py --target cuda --suite gallery        # on one GPU
 
-Starts a Ray cluster on this machine (a head and one worker node with one CPU, so Ray runs the problems one at a
-time as the local executor does on one device), then alternates: the bench with the local executor, the same
+Starts a Ray cluster on this machine (a head and one worker node with one CPU, and with --target cuda one GPU, so
+Ray runs the problems one at a time as the local executor does on one device), then alternates: the bench with the local executor, the same
 bench through Ray, `--rounds` times, each into a fresh output folder and run store (the build cache is shared, so
 after the first round both find their kernels built). Prints per round the wall time of the whole bench and per
 problem, and at the end the medians over the rounds after the first:
@@ -15,7 +16,8 @@ problem, and at the end the medians over the rounds after the first:
 
 Both executors run with OMP_NUM_THREADS=1 (Ray's own choice for a one-core task), so thread counts do not differ.
 Verdicts (status, correct, iterations) must be the same for both executors; a difference is printed and makes
-the exit status 1. The built-in agent, the CPU target, no baselines (the timing of a problem is not the point).
+the exit status 1. The built-in agent, one functional iteration, no baselines (a problem's own timing is not the
+point); the gallery at CPU sizes on the CPU target, at its own (GPU) sizes elsewhere.
 """
 
 from __future__ import annotations
@@ -42,12 +44,12 @@ from kforge_core.bench.runner import BenchConfig, run_bench  # noqa: E402
 SUITE = "level1/01_relu,level1/03_silu,level1/08_clamp"
 
 
-def _bench(suite: str, out: Path, cluster: str | None) -> tuple[float, list[dict]]:
+def _bench(suite: str, target: str, out: Path, cluster: str | None) -> tuple[float, list[dict]]:
     import json
 
-    cfg = BenchConfig(suite=suite, target="cpu", out_dir=out, agent="builtin", db_path=str(out / "runs.db"),
-                      max_functional_iters=1, max_optimization_iters=0, size_class="cpu", eval_baselines=False,
-                      cluster=cluster)
+    cfg = BenchConfig(suite=suite, target=target, out_dir=out, agent="builtin", db_path=str(out / "runs.db"),
+                      max_functional_iters=1, max_optimization_iters=0,
+                      size_class="cpu" if target == "cpu" else None, eval_baselines=False, cluster=cluster)
     start = time.perf_counter()
     run_bench(cfg, progress=lambda s: None)
     return time.perf_counter() - start, json.loads((out / "results.json").read_text())["problems"]
@@ -61,18 +63,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default=SUITE)
     ap.add_argument("--rounds", type=int, default=2, help="rounds of (local, Ray); the first warms the caches")
+    ap.add_argument("--target", default="cpu", help="cpu (one CPU slot), or cuda / triton (one GPU: GPU 0)")
     args = ap.parse_args()
     ray = import_ray()
     work = Path(tempfile.mkdtemp(prefix="kforge-ray-overhead-"))
     rows, failed = [], False
-    with local_cluster([{"num_cpus": 1}]) as cluster:
+    node = {"num_cpus": 1} if args.target == "cpu" else {"num_cpus": 1, "num_gpus": 1}
+    with local_cluster([node]) as cluster:
         start = time.perf_counter()
         connect(cluster.address)
         ray.shutdown()
         join_s = time.perf_counter() - start
         for r in range(args.rounds):
-            local_s, local = _bench(args.suite, work / f"local-{r}", None)
-            ray_s, remote = _bench(args.suite, work / f"ray-{r}", cluster.address)
+            local_s, local = _bench(args.suite, args.target, work / f"local-{r}", None)
+            ray_s, remote = _bench(args.suite, args.target, work / f"ray-{r}", cluster.address)
             ok, diff = same_verdicts(local, remote)
             failed |= not ok
             in_task = [b["wall_s"] - a["wall_s"] for a, b in zip(local, remote)]
