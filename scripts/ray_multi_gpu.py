@@ -15,7 +15,9 @@ Exit status 1 when a verdict differs. Results (every bench's results.json) go un
 
 Defaults fit a device lease: one functional iteration and no optimization pass per problem, no eager /
 torch.compile baselines (timing baselines is not what scales here); pass --full for the loop's own defaults.
-Ray must be installed (pip install -r requirements-ray.txt); the script tries that once if it is missing.
+Ray must be installed (pip install -r requirements-ray.txt); the script tries that once if it is missing. Within a
+10-minute device call, run one suite per call (`--suites gallery`, then `--suites kernelbench`): each bench starts
+afresh (its output folder is cleared), the 1-GPU run first, since the others are compared with it.
 """
 
 from __future__ import annotations
