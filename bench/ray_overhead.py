@@ -12,7 +12,9 @@ problem, and at the end the medians over the rounds after the first:
 - per-task overhead: (Ray bench - local bench) / problems, everything included (joining the cluster, shipping
   the code, starting worker processes, events through the mailbox, results back);
 - in-task: median over problems of (Ray run - local run), the run timed from its task's start;
-- joining: ray.init + shutdown alone.
+- joining: ray.init alone (with the code shipped), once per bench;
+- Ray's machinery alone, printed first: empty tasks that only send a problem's worth of events (60) through the
+  mailbox, one at a time on a warm worker -- the part of the overhead a loaded machine's noise does not hide.
 
 Both executors run with OMP_NUM_THREADS=1 (Ray's own choice for a one-core task), so thread counts do not differ.
 Verdicts (status, correct, iterations) must be the same for both executors; a difference is printed and makes
@@ -55,6 +57,31 @@ def _bench(suite: str, target: str, out: Path, cluster: str | None) -> tuple[flo
     return time.perf_counter() - start, json.loads((out / "results.json").read_text())["problems"]
 
 
+def _empty_tasks(ray, n: int, events: int) -> list[float]:
+    """Seconds per task for `n` tasks that do no work but the machinery's: start on a warm worker, send `events`
+    events through the mailbox (as a problem's loop does), return; the driver drains. One at a time."""
+    from kforge_core.bench.ray_task import Mailbox, Outbox
+
+    def empty(mailbox, events: int) -> int:
+        outbox = Outbox(mailbox, "k", "a")
+        for i in range(events):
+            outbox.add({"kf": "event", "i": i})
+        outbox.close()
+        return events
+
+    mailbox = Mailbox.remote()
+    task = ray.remote(empty).options(num_cpus=1)
+    ray.get(task.remote(mailbox, 1))  # a warm worker, as a bench's later problems find
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        ray.get(task.remote(mailbox, events))
+        assert len(ray.get(mailbox.drain.remote())) >= events
+        times.append(time.perf_counter() - start)
+    ray.kill(mailbox)
+    return times
+
+
 def _walls(records: list[dict], key: str) -> str:
     return " ".join(f"{r.get(key) or 0:.1f}" for r in records)
 
@@ -62,7 +89,8 @@ def _walls(records: list[dict], key: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default=SUITE)
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of (local, Ray); the first warms the caches")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds of (local, Ray); the first warms the caches; 0: only the empty-task measurement")
     ap.add_argument("--target", default="cpu", help="cpu (one CPU slot), or cuda / triton (one GPU: GPU 0)")
     args = ap.parse_args()
     ray = import_ray()
@@ -72,8 +100,14 @@ def main() -> int:
     with local_cluster([node]) as cluster:
         start = time.perf_counter()
         connect(cluster.address)
-        ray.shutdown()
         join_s = time.perf_counter() - start
+        empty = _empty_tasks(ray, 20, 60)
+        ray.shutdown()
+        print(f"Ray's machinery alone (20 empty tasks, 60 events each through the mailbox, warm worker): median "
+              f"{1000 * statistics.median(empty):.0f} ms per task (min {1000 * min(empty):.0f}, max "
+              f"{1000 * max(empty):.0f})", flush=True)
+        if args.rounds == 0:
+            return 0
         for r in range(args.rounds):
             local_s, local = _bench(args.suite, args.target, work / f"local-{r}", None)
             ray_s, remote = _bench(args.suite, args.target, work / f"ray-{r}", cluster.address)
