@@ -8,6 +8,16 @@
 # on the host's loopback. The app starts processes that compile and run generated code: do not expose it to a
 # network you do not trust.
 #
+# The same image is a Ray worker node for `bench --cluster` (Ray comes from requirements-ray.txt; build with
+# --build-arg WITH_RAY=0 to leave it out). On each GPU host, joining the head at HEAD (port 6379):
+#
+#   docker run -d --gpus all --network host --shm-size 8g --no-healthcheck -v kforge-data:/data kforge \
+#       ray start --address=HEAD:6379 --block
+#
+# --network host: Ray's nodes connect to each other on many ports; --shm-size: Ray's object store lives in
+# /dev/shm; --no-healthcheck: the health check below probes the app, which a worker does not serve. Each node keeps
+# its own build and ceilings caches under /data, measured on its own devices.
+#
 # torch comes from PyPI, whose Linux wheel is the CUDA build: it brings NVRTC (the CUDA target's default compiler)
 # and Triton, but not nvcc, so KernelBench-style `load_inline` CUDA candidates cannot build in this image (they get
 # a compile_error). For nvcc, build on a CUDA devel image that has Python 3.11+, e.g.
@@ -31,9 +41,11 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/kforge
-COPY requirements.txt .
+COPY requirements.txt requirements-ray.txt ./
+ARG WITH_RAY=1
 RUN if [ -n "$TORCH_INDEX" ]; then pip install --index-url "$TORCH_INDEX" torch==2.13.0; fi \
-    && pip install -r requirements.txt
+    && pip install -r requirements.txt \
+    && if [ "$WITH_RAY" = "1" ]; then pip install -r requirements-ray.txt; fi
 
 RUN useradd --create-home --uid 1000 --shell /usr/sbin/nologin kforge \
     && mkdir -p /data \

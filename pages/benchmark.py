@@ -9,6 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from app.cluster import bench_notes
 from app.formatting import fmt_ms, fmt_x
 from app.navigation import run_url
 from kforge_core.bench.charts import fast_p_figure, speedup_figure
@@ -91,6 +92,7 @@ c1.metric("Correct", f"{summary['correct']}/{summary['problems']}",
 c2.metric("fast_1 vs eager", _pct(summary["fast_p_vs_eager"]["1"]))
 c3.metric("fast_1 vs torch.compile", _pct(summary["fast_p_vs_compiled"]["1"]))
 c4.metric("Geomean vs eager (failures = 1.0×)", fmt_x(summary["geomean_speedup_vs_eager_failures_as_1"]))
+bench_notes(summary)
 
 rows = []
 for p in P_VALUES:
@@ -118,6 +120,7 @@ st.dataframe([{"problem": r.get("problem"), "level": r.get("level"), "status": r
                "torch.compile": fmt_ms(r.get("compiled_ms")), "vs eager": fmt_x(r.get("speedup_vs_eager")),
                "vs compile": fmt_x(r.get("speedup_vs_compiled")),
                "run": run_url(r["run_id"]) if r.get("run_id") else None,
+               "node": r.get("node") or "", "device": r.get("device") or "",
                "error": (r.get("error") or "")[:120]} for r in records], hide_index=True, width="stretch",
              column_config={"run": st.column_config.LinkColumn("run", display_text=r"run=([0-9a-f]+)",
                                                                help="open the run in the run view")})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import ceilings, services
+from app import ceilings, cluster, services
 from app.synthesize_form import AgentChoice, show_endpoint_check
 from kforge_core.llm import LLMConfigError, settings_path
 from kforge_core.eval.rules import rules_markdown
@@ -113,6 +113,7 @@ with devices_tab:
     if st.button("Look for targets again", icon=":material/refresh:", key="kf-rediscover"):
         st.cache_resource.clear()
         st.rerun()
+    cluster.settings_section(path)
 
 # --------------------------------------------------------------------------------------------------- rules
 with rules_tab:

@@ -11,5 +11,7 @@ if ! command -v chromium >/dev/null 2>&1; then
       || echo "warning: could not install chromium; browser tests will be skipped"
   fi
 fi
+# Ray (requirements-ray.txt) is left out on purpose: its tests (tests/test_bench_ray.py, marked `ray`) start a real
+# multi-node cluster and take minutes on 2 cores; without Ray they skip and say so.
 export KFORGE_CACHE_DIR="${KFORGE_CACHE_DIR:-$(mktemp -d)/kforge-cache}"
 exec python3 -m pytest -q "$@"

@@ -256,3 +256,32 @@ def test_benchmark_page_explains_a_bad_folder(app_env, tmp_path, monkeypatch):
     (tmp_path / "bad" / "results.json").write_text("{not json")
     at.text_input(key="kf-bench-dir").set_value(str(tmp_path / "bad")).run()
     assert not at.exception and "is not a KForge benchmark result" in texts(at)
+
+
+def test_settings_saves_the_ray_cluster_address(app_env, use_targets, monkeypatch):
+    monkeypatch.delenv("KFORGE_RAY_ADDRESS", raising=False)
+    path = app_env / "settings.toml"
+    at = app("settings").run()
+    at.text_input(key="kf-set-cluster").set_value("not an address")
+    next(b for b in at.button if b.label == "Save cluster").click().run()
+    assert not at.exception and "Not saved" in texts(at) and not path.exists()
+    at.text_input(key="kf-set-cluster").set_value("ray://head:10001")
+    next(b for b in at.button if b.label == "Save cluster").click().run()
+    assert not at.exception
+    assert tomllib.loads(path.read_text())["cluster"] == {"address": "ray://head:10001"}
+    assert app("settings").run().text_input(key="kf-set-cluster").value == "ray://head:10001"
+
+
+def test_benchmark_page_warns_about_mixed_devices(app_env, tmp_path, monkeypatch):
+    from kforge_core.bench.report import write_reports
+
+    records = [{"problem": p, "level": 1, "status": "succeeded", "correct": True, "speedup_vs_eager": s,
+                "node": n, "device": d} for p, s, n, d in (("a", 2.0, "gpu-1", "NVIDIA H100"),
+                                                          ("b", 0.5, "gpu-2", "NVIDIA A10G"))]
+    write_reports(tmp_path / "out", records, {"target": "cuda", "executor": "ray"})
+    monkeypatch.setenv("KFORGE_BENCH_DIR", str(tmp_path / "out"))
+    at = app("benchmark").run()
+    assert not at.exception
+    assert any("2 kinds of device" in w.value for w in at.warning)
+    tables = " ".join(str(df.value.to_dict()) for df in at.dataframe)
+    assert "NVIDIA A10G" in tables and "gpu-2" in tables

@@ -4,15 +4,13 @@ evaluator on the CPU target, a KernelBench-layout directory, and an interruption
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.cli_env import cli_env
+from tests.cli_env import cli_env, interrupt_after_first_record, start_bench
 from tests.fakes.openai_server import FakeOpenAIServer, slow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,13 +66,6 @@ def test_bench_kernelbench_directory_writes_reports(server, tmp_path):
     assert json.loads(done.stdout)["problems"] == 1
 
 
-def _terminal_sigint() -> None:
-    """SIGINT as a terminal's Ctrl-C finds the bench: neither ignored nor blocked, whatever the test runner's own
-    process inherited (a child inherits both; in the full CI run the bench once never saw the signal)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def test_bench_resumes_after_interruption(tmp_path):
     """Interrupted during its second problem, the bench keeps the first; the same command then runs the other two.
     Every reply after the first takes 2 s, so the interruption lands mid-problem however fast the problems run."""
@@ -91,17 +82,8 @@ def test_bench_resumes_after_interruption(tmp_path):
 def _interrupt_then_resume(server, tmp_path):
     suite = _suite(tmp_path / "kb", n_level1=2)
     out, db = tmp_path / "out", tmp_path / "runs.db"
-    proc = subprocess.Popen(_bench(server, db, out, suite), env=cli_env(tmp_path), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_terminal_sigint)
     progress = out / "progress.jsonl"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if progress.exists() and progress.read_text().count("\n") >= 1:
-            break
-        time.sleep(0.2)
-    assert proc.poll() is None, "bench finished before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=120)
+    interrupt_after_first_record(start_bench(_bench(server, db, out, suite), tmp_path), progress)
     first = [json.loads(line) for line in progress.read_text().splitlines()]
     assert 1 <= len(first) < 3
     calls_before = len(server.chat_requests)

@@ -3,6 +3,10 @@
 fast_p: the share of ALL problems that were solved correctly AND ran more than p times faster than the baseline
 (fast_0 is the correctness rate). Geometric-mean speedup is reported two ways, each labelled: with failures counted
 as 1.0 (the agent leaves the problem as it was) and with failures excluded (over correct problems only).
+
+Records say which device each problem ran on. When a bench spans several kinds of device (a cluster of mixed
+GPUs), its overall figures mix them: the summary then names the devices (`mixed_devices`) and gives each its own
+figures (`per_device`), and every view of the summary says so next to the overall numbers.
 """
 
 from __future__ import annotations
@@ -46,7 +50,17 @@ def summarize(records: list[dict]) -> dict:
         out[f"median_speedup_vs_{b}_correct_only"] = statistics.median(known) if known else None
     levels = sorted({r.get("level") for r in records if r.get("level") is not None})
     out["per_level"] = {str(lv): summarize_level([r for r in records if r.get("level") == lv]) for lv in levels}
+    devices = sorted({r["device"] for r in records if r.get("device")})
+    out["devices"] = devices
+    if len(devices) > 1:
+        out["mixed_devices"] = devices
+        out["per_device"] = {d: summarize_level([r for r in records if r.get("device") == d]) for d in devices}
     return out
+
+
+def mixed_devices_note(devices: list[str]) -> str:
+    return (f"these results come from {len(devices)} kinds of device ({'; '.join(devices)}): the overall fast_p "
+            f"and geometric means mix them; see the per-device figures")
 
 
 def summarize_level(records: list[dict]) -> dict:

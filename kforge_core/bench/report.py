@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 
 from .charts import fast_p_figure, speedup_figure
-from .metrics import P_VALUES, summarize
+from .metrics import P_VALUES, mixed_devices_note, summarize
 
 CSV_FIELDS = ("problem", "level", "status", "correct", "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager",
-              "speedup_vs_compiled", "custom_share", "below_custom_share", "iterations", "run_id", "wall_s", "error")
+              "speedup_vs_compiled", "custom_share", "below_custom_share", "iterations", "run_id", "node", "device",
+              "wall_s", "error")
 
 
 def write_reports(out_dir: Path, records: list[dict], meta: dict) -> dict:
@@ -56,8 +57,15 @@ def render_html(records: list[dict], summary: dict, meta: dict) -> str:
         "<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k in ("problem", "level", "status", "candidate_ms",
                                                              "eager_ms", "compiled_ms", "speedup_vs_eager",
                                                              "speedup_vs_compiled", "custom_share",
-                                                             "iterations")) +
+                                                             "iterations", "node", "device")) +
         f"<td>{html.escape(str(r.get('error') or ''))[:200]}</td></tr>" for r in records)
+    device_rows = "".join(
+        f"<tr><td>{html.escape(d)}</td><td>{s['correct']}/{s['problems']}</td>"
+        f"<td>{_fmt(s['fast_1_vs_eager'], True)}</td><td>{_fmt(s['geomean_speedup_vs_eager_failures_as_1'])}</td>"
+        f"</tr>" for d, s in summary.get("per_device", {}).items())
+    mixed = (f"<p style='color:#a40'><b>Mixed devices:</b> {html.escape(mixed_devices_note(summary['mixed_devices']))}"
+             f"</p><h2>Per device</h2><table><tr><th>device</th><th>correct</th><th>fast_1 vs eager</th>"
+             f"<th>geomean vs eager (failures 1.0×)</th></tr>{device_rows}</table>") if device_rows else ""
     meta_text = " · ".join(f"{html.escape(str(k))}: {html.escape(str(v))}" for k, v in meta.items())
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>KForge benchmark</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse;margin:1em 0}}
@@ -65,11 +73,11 @@ td,th{{border:1px solid #ddd;padding:4px 8px;font-size:14px}}th{{background:#f4f
 <h1>KForge benchmark</h1><p>{meta_text}</p>
 <p>Correct: <b>{summary['correct']}/{summary['problems']}</b> ({_fmt(summary['correctness_rate'], True)}).
 fast_p is the share of all problems that are correct and more than p× faster than the baseline.</p>
-<table><tr><th></th><th>vs eager</th><th>vs torch.compile</th></tr>{fast_rows}{geo_rows}</table>
+<table><tr><th></th><th>vs eager</th><th>vs torch.compile</th></tr>{fast_rows}{geo_rows}</table>{mixed}
 <h2>Per level</h2><table><tr><th>level</th><th>correct</th><th>fast_1 vs eager</th><th>fast_1 vs compile</th></tr>
 {level_rows}</table>
 {fig_a}{fig_b}
 <h2>Problems</h2><table><tr><th>problem</th><th>level</th><th>status</th><th>candidate ms</th><th>eager ms</th>
-<th>compile ms</th><th>vs eager</th><th>vs compile</th><th>own kernels</th><th>iterations</th><th>error</th></tr>
-{problem_rows}</table>
+<th>compile ms</th><th>vs eager</th><th>vs compile</th><th>own kernels</th><th>iterations</th><th>node</th>
+<th>device</th><th>error</th></tr>{problem_rows}</table>
 </body></html>"""

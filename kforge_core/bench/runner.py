@@ -1,26 +1,21 @@
 """Run an agent over a suite, one synthesis run per problem, recorded in the run store.
 
 Resumable: each finished problem is appended to DIR/progress.jsonl; re-running the same command skips those.
-Parallel across devices: one worker process per device (CUDA_VISIBLE_DEVICES pinned per worker); on a single
-device problems run one at a time, because overlapping timed runs would corrupt each other's measurements (each
-evaluation's compile step still uses every core the child has).
+Where the problems run is the executor's business (executors.py): this machine, one worker per device (the
+default), or a Ray cluster (`cluster`, ray_driver.py). Either way only this process writes progress.jsonl and the
+reports, and every record says on which node and device its problem ran.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
-import os
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import KForgeError
-from ..platform import get_platform
 from .report import write_reports
-from .suite import SuiteProblem, resolve_suite
+from .suite import resolve_suite
 
 
 @dataclass
@@ -41,49 +36,10 @@ class BenchConfig:
     tolerance: str = "default"
     eval_timing_options: dict = field(default_factory=dict)
     eval_baselines: bool = True  # eager + torch.compile timed next to every correct candidate
-    devices: int | None = None  # None: all the target reports
+    devices: int | None = None  # None: all the target reports (local executor)
     min_custom_share: float | None = None  # below it a correct candidate counts as not faster (see below_share)
-
-
-def _record(problem: SuiteProblem, cfg: BenchConfig) -> dict:
-    from ..loop import RunConfig, create_run, execute_run
-    from ..problem import load_problem
-    from ..store import open_store
-
-    start = time.monotonic()
-    base = {"problem": problem.name, "level": problem.level, "path": str(problem.path)}
-    try:
-        source = problem.path.read_text()
-        load_problem(text=source, name=problem.name)
-        rc = RunConfig(problem_source=source, problem_name=problem.name, target=cfg.target, agent=cfg.agent,
-                       model=cfg.model, analysis_model=cfg.analysis_model, base_url=cfg.base_url,
-                       api_key=cfg.api_key, max_functional_iters=cfg.max_functional_iters,
-                       max_optimization_iters=cfg.max_optimization_iters, tolerance=cfg.tolerance,
-                       size_class=cfg.size_class, eval_timing_options=cfg.eval_timing_options,
-                       eval_baselines=cfg.eval_baselines)
-        with open_store(cfg.db_path) as store:
-            run_id = create_run(store, rc)
-        if execute_run(cfg.db_path, run_id, rc) == "cancelled":
-            raise KeyboardInterrupt  # interrupted, not finished: this problem must run again on resume
-        with open_store(cfg.db_path) as store:
-            run = store.get_run(run_id)
-            iterations = store.iterations(run_id)
-    except KForgeError as e:
-        return {**base, "status": "error", "correct": False, "error": str(e), "wall_s": time.monotonic() - start}
-    best = next((it for it in iterations if it["index"] == run.get("best_iteration")), None)
-    verdict = (best or {}).get("verdict") or {}
-    return {**base, "status": run["status"], "correct": best is not None, "run_id": run["id"],
-            "candidate_ms": run.get("best_candidate_ms") or verdict.get("candidate_ms"),
-            "eager_ms": verdict.get("eager_ms") or run.get("eager_ms"),
-            "compiled_ms": verdict.get("compiled_ms") or run.get("compiled_ms"),
-            "speedup_vs_eager": run.get("best_speedup_vs_eager"),
-            "speedup_vs_compiled": run.get("best_speedup_vs_compiled"),
-            "custom_share": verdict.get("custom_share"), "aten_compute": verdict.get("aten_compute") or [],
-            "iterations": len(iterations), "error": run.get("error"), "wall_s": time.monotonic() - start}
-
-
-def _init_worker(devices: "mp.Queue") -> None:
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
+    cluster: str | None = None  # a Ray address ("auto", "ray://HOST:PORT", "HOST:PORT"); None: this machine
+    cpus_per_task: float = 1.0  # Ray: CPU cores one CPU-target problem asks for
 
 
 def _load_progress(path: Path) -> dict[str, dict]:
@@ -98,8 +54,12 @@ def _load_progress(path: Path) -> dict[str, dict]:
     return done
 
 
-def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> dict:
-    platform = get_platform(cfg.target, require_available=True)
+def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr), *,
+              executor=None) -> dict:
+    """Run (or resume) the bench; `executor` None: the one `cfg` asks for (executors.make_executor)."""
+    from .executors import make_executor
+
+    executor = executor or make_executor(cfg)
     problems = resolve_suite(cfg.suite, cfg.level)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     progress_path = cfg.out_dir / "progress.jsonl"
@@ -107,7 +67,6 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
     todo = [p for p in problems if p.name not in done]
     if done:
         progress(f"resuming: {len(done)} of {len(problems)} problems already done, {len(todo)} to go")
-    n_devices = max(1, cfg.devices or platform.device_count())
     finished = len(problems) - len(todo)
 
     def note(rec: dict) -> None:
@@ -119,23 +78,14 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
         sx = rec.get("speedup_vs_eager")
         result = f"correct, {sx:.2f}x vs eager" if rec.get("correct") and sx else rec["status"]
         bar = "#" * int(20 * finished / len(problems))
-        progress(f"[{bar:<20}] {finished}/{len(problems)} {rec['problem']}: {result} ({rec['wall_s']:.0f} s)")
+        where = f" on {rec['node']}" if executor.name != "local" and rec.get("node") else ""
+        progress(f"[{bar:<20}] {finished}/{len(problems)} {rec['problem']}: {result} ({rec['wall_s']:.0f} s{where})")
 
-    meta = {"suite": cfg.suite, "level": cfg.level, "target": cfg.target, "device": platform.device_name(),
+    meta = {"suite": cfg.suite, "level": cfg.level, "target": cfg.target, **executor.describe(),
             "agent": cfg.agent, "model": cfg.model, "size_class": cfg.size_class, "tolerance": cfg.tolerance,
             "max_functional_iters": cfg.max_functional_iters, "max_optimization_iters": cfg.max_optimization_iters}
     try:
-        if n_devices > 1 and len(todo) > 1:
-            ctx = mp.get_context("spawn")
-            queue = ctx.Queue()
-            for d in range(n_devices):
-                queue.put(d)
-            with ctx.Pool(n_devices, initializer=_init_worker, initargs=(queue,)) as pool:
-                for rec in pool.imap_unordered(_solve_star, [(p, cfg) for p in todo]):
-                    note(rec)
-        else:
-            for p in todo:
-                note(_record(p, cfg))
+        executor.run(todo, cfg, note)
     except KeyboardInterrupt:
         write_reports(cfg.out_dir, _judged(done, problems, cfg), meta)
         progress(f"interrupted after {len(done)} of {len(problems)} problems; run the same command to resume")
@@ -157,10 +107,6 @@ def below_share(record: dict, min_share: float | None) -> dict:
     return {**record, "below_custom_share": True,
             **{f"measured_speedup_vs_{b}": record.get(f"speedup_vs_{b}") for b in ("eager", "compiled")},
             "speedup_vs_eager": None, "speedup_vs_compiled": None}
-
-
-def _solve_star(args) -> dict:
-    return _record(*args)
 
 
 def config_dict(cfg: BenchConfig) -> dict:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..bench.metrics import mixed_devices_note
 from ..errors import UsageError
 from ..platform import get_platform
 from ..eval.tolerance import POLICIES
@@ -36,6 +37,13 @@ def register(sub) -> None:
     p.add_argument("--no-baselines", action="store_true",
                    help="skip timing eager and torch.compile (speedups are then unknown)")
     p.add_argument("--devices", type=int, help="workers, one per device (default: every device the target sees)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="run each problem as a task on a Ray cluster: 'auto' (the cluster this machine joined with "
+                        "`ray start`), 'ray://HOST:PORT' (Ray Client), 'HOST:PORT' (the head's GCS), or 'local' "
+                        "(this machine; the default). Default: KFORGE_RAY_ADDRESS, else the settings file's "
+                        "[cluster] address")
+    p.add_argument("--cpus-per-task", type=float, default=1.0,
+                   help="with --cluster and the CPU target: cores one problem asks for (default 1)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--min-custom-share", type=float, default=None, metavar="FRACTION",
                    help="count a correct candidate whose own kernels take less than this share of its forward's "
@@ -57,11 +65,16 @@ def choose_agent(requested: str | None, base_url: str | None, api_key: str | Non
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..bench.cluster import resolve_address
     from ..bench.runner import BenchConfig, run_bench
 
     if args.min_custom_share is not None and not 0 <= args.min_custom_share <= 1:
         raise UsageError(f"--min-custom-share must be a fraction between 0 and 1, got {args.min_custom_share:g}")
-    platform = get_platform(args.target, require_available=True)
+    cluster, _ = resolve_address(args.cluster)
+    if cluster and args.devices:
+        raise UsageError("--devices is for this machine; on a cluster Ray places one problem per free device")
+    # on a cluster the target's devices are on the worker nodes, which check it; this machine may have none
+    platform = get_platform(args.target, require_available=cluster is None)
     size_class = args.size_class or ("cpu" if platform.device_type == "cpu" else None)
     agent = choose_agent(args.agent, args.base_url, args.api_key, args.model)
     if agent == "llm" and not (args.model or _configured_model(args)):
@@ -70,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
                       model=args.model, analysis_model=args.analysis_model, base_url=args.base_url,
                       api_key=args.api_key, db_path=args.db, max_functional_iters=args.max_functional_iters,
                       max_optimization_iters=args.max_optimization_iters, size_class=size_class,
-                      tolerance=args.tolerance, devices=args.devices,
+                      tolerance=args.tolerance, devices=args.devices, cluster=cluster,
+                      cpus_per_task=args.cpus_per_task,
                       eval_baselines=not args.no_baselines, min_custom_share=args.min_custom_share)
     summary = run_bench(cfg)
     if args.json:
@@ -80,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
               f"fast_1 vs eager {_pct(summary['fast_p_vs_eager']['1'])}, vs torch.compile "
               f"{_pct(summary['fast_p_vs_compiled']['1'])}; geomean vs eager (failures as 1.0) "
               f"{_x(summary['geomean_speedup_vs_eager_failures_as_1'])}")
+        if summary.get("mixed_devices"):
+            print(f"warning: {mixed_devices_note(summary['mixed_devices'])}")
         print(f"report: {Path(args.out) / 'report.html'}")
     return 0
 

@@ -42,13 +42,17 @@ ENV_RUN_BASE_URL = "KFORGE_RUN_BASE_URL"  # the unredacted base URL, for a worke
 EventSink = Callable[[LoopEvent], None]
 
 
-def create_run(store: RunStore, config: RunConfig) -> str:
-    """Validate `config` and create a queued run holding it (minus secrets); return the run id."""
+def create_run(store: RunStore, config: RunConfig, *, check_target: bool = True) -> str:
+    """Validate `config` and create a queued run holding it (minus secrets); return the run id.
+
+    `check_target=False`: the run executes on another machine (a Ray worker node), which checks the target there;
+    this machine may have no such device at all."""
     config.validate()
     from ..platform import get_platform
     from ..problem import load_problem
 
-    get_platform(config.target, require_available=True)  # a usage error now, not a failed run later
+    if check_target:
+        get_platform(config.target, require_available=True)  # a usage error now, not a failed run later
     load_problem(text=config.problem_source, name=config.problem_name)  # static checks, with line numbers
     return store.create_run(config.problem_name, config.problem_source, config.target, agent=config.agent,
                             model=config.model, analysis_model=config.analysis_model, config=config.to_record(),

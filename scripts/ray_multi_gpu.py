@@ -1,0 +1,145 @@
+"""Does a bench through Ray scale with the GPUs of one host? (issue 28) One command, on an N-GPU machine:
+
+    python scripts/ray_multi_gpu.py                      # every GPU; the gallery and a KernelBench-layout suite
+    python scripts/ray_multi_gpu.py --gpus 1,2,8 --kernelbench /path/to/KernelBench/KernelBench
+
+For each suite -- the gallery at its GPU sizes, and a directory in KernelBench's layout (level1/, level2/, ...;
+default: assets/problems, the gallery's own files read as such a directory, at their own sizes) -- and for each
+GPU count (1, 2 and all, by default), it starts a Ray cluster on this host whose one node offers that many GPUs
+(Ray then hands each task one of GPUs 0..k-1), runs the built-in agent's bench over the same problems in the same
+order through Ray (`--cluster`), and shuts the cluster down. Then it prints, per suite and GPU count: problems per
+minute, the speedup over 1 GPU (and its share of linear), the per-task overhead (device time not spent inside a
+problem's run: k x bench wall - sum of the runs' own wall time, per problem; it includes the tail, when fewer
+problems than GPUs are left), and whether every verdict (status, correct, iterations) equals the 1-GPU run's.
+Exit status 1 when a verdict differs. Results (every bench's results.json) go under --out.
+
+Defaults fit a device lease: one functional iteration and no optimization pass per problem, no eager /
+torch.compile baselines (timing baselines is not what scales here); pass --full for the loop's own defaults.
+Ray must be installed (pip install -r requirements-ray.txt); the script tries that once if it is missing. Within a
+10-minute device call, run one suite per call (`--suites gallery`, then `--suites kernelbench`): each bench starts
+afresh (its output folder is cleared), the 1-GPU run first, since the others are compared with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _ensure_ray() -> None:
+    try:
+        importlib.import_module("ray")
+    except ImportError:
+        print("Ray is missing: pip install -r requirements-ray.txt", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(ROOT / "requirements-ray.txt")],
+                       check=False)
+        importlib.invalidate_caches()
+        try:
+            importlib.import_module("ray")
+        except ImportError:
+            sys.exit("Ray could not be installed here; install requirements-ray.txt and run this again")
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _bench(suite: str, out: Path, gpus: int, args, size_class: str | None) -> dict:
+    from kforge_core.bench.ray_driver import RayExecutor
+    from kforge_core.bench.ray_local import local_cluster
+    from kforge_core.bench.runner import BenchConfig, run_bench
+
+    iters = {} if args.full else {"max_functional_iters": 1, "max_optimization_iters": 0}
+    cfg = BenchConfig(suite=suite, target=args.target, out_dir=out, agent="builtin", db_path=str(out / "runs.db"),
+                      level=args.level, size_class=size_class, eval_baselines=args.full, **iters)
+    # --target cpu (a trial of this script on a machine without GPUs): k CPU slots stand in for k GPUs
+    node = {"num_gpus": 0, "num_cpus": gpus} if args.target == "cpu" else {"num_gpus": gpus, "num_cpus": gpus}
+    with local_cluster([node], object_store_mb=512) as cluster:
+        cfg.cluster = cluster.address
+        start = time.perf_counter()
+        summary = run_bench(cfg, progress=lambda s: print(f"    {s}", flush=True),
+                            executor=RayExecutor(cluster.address))
+        wall = time.perf_counter() - start
+    records = json.loads((out / "results.json").read_text())["problems"]
+    return {"gpus": gpus, "wall_s": wall, "records": records, "summary": summary}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", help="GPU counts to run, e.g. 1,2,8 (default: 1, 2 and all)")
+    ap.add_argument("--suites", default="gallery,kernelbench", help="gallery, kernelbench, or both (default)")
+    ap.add_argument("--kernelbench", default=str(ROOT / "assets" / "problems"),
+                    help="a directory in KernelBench's layout (default: assets/problems)")
+    ap.add_argument("--level", type=int, help="only this level of each suite")
+    ap.add_argument("--target", default="cuda", choices=("cuda", "triton", "cpu"),
+                    help="cpu: a trial run without GPUs, k CPU slots standing in for k GPUs (timings share cores)")
+    ap.add_argument("--slots", type=int, help="with --target cpu: how many slots 'all' means (default 2)")
+    ap.add_argument("--full", action="store_true", help="the loop's default iterations and the timed baselines")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "ray_multi_gpu"))
+    args = ap.parse_args()
+    _ensure_ray()
+    from kforge_core.bench.agreement import same_verdicts
+    from kforge_core.platform import get_platform
+
+    available = (args.slots or 2) if args.target == "cpu" else _gpu_count()
+    if available < 1 or not get_platform(args.target).availability().ok:
+        sys.exit(f"no usable GPU for --target {args.target} here ({available} CUDA devices)")
+    counts = sorted({int(g) for g in args.gpus.split(",")}) if args.gpus else sorted({1, min(2, available),
+                                                                                      available})
+    if counts[0] != 1 or counts[-1] > available:
+        sys.exit(f"--gpus must start at 1 and stay within the {available} GPUs here")
+    suites = {"gallery": ("gallery", "cpu" if args.target == "cpu" else "gpu"), "kernelbench": (args.kernelbench, None)}
+    chosen = [s.strip() for s in args.suites.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in suites]
+    if unknown:
+        sys.exit(f"unknown suite(s) {unknown}: choose from gallery, kernelbench")
+    out = Path(args.out)
+    shutil.rmtree(out, ignore_errors=True)  # fresh benches: a resumed one would time nothing
+    device = get_platform(args.target).device_name()
+    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {available} x {device}, "
+          f"GPU counts {counts}, target {args.target}, {'full loop' if args.full else '1 functional iteration'}",
+          flush=True)
+    table, mismatch = [], False
+    for name in chosen:
+        spec, size_class = suites[name]
+        base = None
+        for k in counts:
+            print(f"== {name}, {k} GPU(s)", flush=True)
+            run = _bench(spec, out / f"{name}-{k}gpu", k, args, size_class)
+            base = base or run
+            same, diff = same_verdicts(base["records"], run["records"])
+            mismatch |= not same
+            n = len(run["records"])
+            busy = sum(r.get("wall_s") or 0 for r in run["records"])
+            table.append({"suite": name, "gpus": k, "problems": n, "correct": run["summary"]["correct"],
+                          "wall_s": run["wall_s"], "per_min": 60 * n / run["wall_s"],
+                          "speedup": base["wall_s"] / run["wall_s"],
+                          "overhead_s": (k * run["wall_s"] - busy) / n,
+                          "median_run_s": statistics.median(r.get("wall_s") or 0 for r in run["records"]),
+                          "same": same, "diff": diff})
+    print("\nsuite        GPUs  problems  correct  wall s  problems/min  speedup  % of linear  overhead/task s  "
+          "verdicts = 1 GPU")
+    for r in table:
+        print(f"{r['suite']:<12} {r['gpus']:>4}  {r['problems']:>8}  {r['correct']:>7}  {r['wall_s']:>6.0f}  "
+              f"{r['per_min']:>12.1f}  {r['speedup']:>6.2f}x  {100 * r['speedup'] / r['gpus']:>10.0f}%  "
+              f"{r['overhead_s']:>15.2f}  {'yes' if r['same'] else 'NO: ' + r['diff']}")
+    (out / "scaling.json").write_text(json.dumps(table, indent=1))
+    print(f"\n(per-task overhead: GPU time outside the problems' own runs, per problem; {out / 'scaling.json'})")
+    return 1 if mismatch else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
