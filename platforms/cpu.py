@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kforge_core.build_cache import cached_build, digest
+from kforge_core.build_cache import cached_build
 from kforge_core.errors import CompileError
 from kforge_core.eval.harness import context, guards, launches, native
 from kforge_core.platform import Availability, Platform
@@ -70,35 +70,12 @@ def compile_cpp(source: str, *, openmp: bool = True, extra_cflags: tuple[str, ..
     native.vet_source("compile_cpp", source)  # the text actually compiled, however it was assembled
     native.vet_flags("compile_cpp", extra_cflags=list(extra_cflags))
     flags = (*BASE_FLAGS, *(("-fopenmp",) if openmp else ()), *extra_cflags)
-    # a build is vetted when it is made (a refused one leaves no cache entry): the rules' version is in the key
-    key = digest(source, " ".join(flags), _compiler_version(cxx), _cpu_model(), native.VETTING_VERSION)
     start = time.perf_counter()
-
-    def build(tmp: Path) -> None:
-        (tmp / "kernel.cpp").write_text(source)
-        # compile, then link: the object is the candidate's own code (what it imports, nothing the linker adds),
-        # and -MMD lists the non-system files the compiler read, however the #include was spelled
-        compile_flags = [f for f in flags if f != "-shared"]
-        with guards.trusted():
-            proc = subprocess.run([cxx, *compile_flags, "-MMD", "-MF", "kernel.d", "-c", "kernel.cpp", "-o",
-                                   "kernel.o"], cwd=tmp, capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            log = native.sanitize_compiler_log(proc.stderr, ("kernel.cpp",), native.system_include_dirs(cxx))
-            start_line = source_start_line(source, context.candidate_text)
-            mapped, diags = map_diagnostics(log, ("kernel.cpp",), start_line, source)
-            summary = summarize_errors(diags) or (log.strip().splitlines() or ["unknown error"])[-1]
-            raise CompileError(f"C++ compilation failed: {summary}", log=mapped)
-        native.vet_includes("compile_cpp", native.depfile_entries((tmp / "kernel.d").read_text()),
-                            {tmp / "kernel.cpp"}, tmp)
-        native.vet_objects("compile_cpp", [tmp / "kernel.o"], "cpp")
-        with guards.trusted():
-            proc = subprocess.run([cxx, *flags, "kernel.o", "-o", "kernel.so"], cwd=tmp, capture_output=True,
-                                  text=True, timeout=300)
-        if proc.returncode != 0:
-            raise CompileError(f"C++ link failed: {(proc.stderr.strip().splitlines() or ['unknown error'])[-1]}",
-                               log=native.sanitize_compiler_log(proc.stderr, ("kernel.cpp",), ()))
-
-    directory, cached = cached_build("cpu", key, build)
+    # a build is vetted when it is made (a refused one leaves no cache entry): the rules' version is in the key
+    args = {"source": source, "flags": list(flags), "cxx": cxx, "compiler": _compiler_version(cxx),
+            "cpu": _cpu_model(), "vetting": native.VETTING_VERSION, "_candidate_text": context.candidate_text}
+    directory, cached = cached_build("cpu", args)
+    key = directory.name
     build_s = time.perf_counter() - start
     launches.record_build("cpu", key, cached, build_s)
     try:
@@ -107,6 +84,34 @@ def compile_cpp(source: str, *, openmp: bool = True, extra_cflags: tuple[str, ..
             return KernelLibrary(cdll, signatures, str(directory / "kernel.so"), cached, build_s)
     except AttributeError as e:
         raise CompileError(f"a declared function is missing from the library: {e}") from None
+
+
+def build_library(directory: Path, *, source: str, flags: list[str], cxx: str, compiler: str, cpu: str,
+                  vetting: int | str, _candidate_text: str | None = None) -> None:
+    """The registered builder (`kforge_core.build_cache.BUILDERS`): kernel.so from `source`, in a build child,
+    vetted as it is made. `compiler`, `cpu` and `vetting` are part of the cache key only."""
+    (directory / "kernel.cpp").write_text(source)
+    # compile, then link: the object is the candidate's own code (what it imports, nothing the linker adds),
+    # and -MMD lists the non-system files the compiler read, however the #include was spelled
+    compile_flags = [f for f in flags if f != "-shared"]
+    with guards.trusted():
+        proc = subprocess.run([cxx, *compile_flags, "-MMD", "-MF", "kernel.d", "-c", "kernel.cpp", "-o",
+                               "kernel.o"], cwd=directory, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        log = native.sanitize_compiler_log(proc.stderr, ("kernel.cpp",), native.system_include_dirs(cxx))
+        start_line = source_start_line(source, _candidate_text)
+        mapped, diags = map_diagnostics(log, ("kernel.cpp",), start_line, source)
+        summary = summarize_errors(diags) or (log.strip().splitlines() or ["unknown error"])[-1]
+        raise CompileError(f"C++ compilation failed: {summary}", log=mapped)
+    native.vet_includes("compile_cpp", native.depfile_entries((directory / "kernel.d").read_text()),
+                        {directory / "kernel.cpp"}, directory)
+    native.vet_objects("compile_cpp", [directory / "kernel.o"], "cpp")
+    with guards.trusted():
+        proc = subprocess.run([cxx, *flags, "kernel.o", "-o", "kernel.so"], cwd=directory, capture_output=True,
+                              text=True, timeout=300)
+    if proc.returncode != 0:
+        raise CompileError(f"C++ link failed: {(proc.stderr.strip().splitlines() or ['unknown error'])[-1]}",
+                           log=native.sanitize_compiler_log(proc.stderr, ("kernel.cpp",), ()))
 
 
 class CpuPlatform(Platform):

@@ -2,7 +2,9 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|bench|fidelity|builtin] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   bash scripts/gpu_check.sh [all|probe|tests|isolation|bench|fidelity|builtin] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   isolation: the OS isolation of evaluation children on the GPU (docs/EVALUATOR.md), required rather than best
+#   effort: the CPU isolation tests and three CUDA/Triton evaluations, as root and as an ordinary user
 #   fidelity: bench/timing_fidelity.py on CUDA (same candidate evaluated 5 times: spread of its speedup)
 #   builtin: bench/builtin_gallery.py on CUDA, resumable (copy a returned builtin_cuda.json into $OUT to go on)
 #
@@ -66,6 +68,27 @@ for d in dirs[:6]:
 EOF
 }
 
+isolation() {  # KFORGE_ISOLATION=require: an evaluation that cannot be isolated fails instead of falling back
+  echo "== isolation (as $(id -un))"
+  local sel="nvrtc_example_correct or triton_example_correct or load_inline_cuda_correct or illegal_address"
+  KFORGE_ISOLATION=require "$PY" -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/gpu/test_gpu_eval.py \
+    -k "test_isolation or $sel" 2>&1 | tee -a "$OUT/gpu_check.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  if [ "$(id -u)" = 0 ]; then  # and as an ordinary user, where this interpreter is reachable by one
+    id kforge-check >/dev/null 2>&1 || useradd -M kforge-check 2>/dev/null
+    local cache; cache=$(mktemp -d); chmod 777 "$cache"
+    if su kforge-check -s /bin/sh -c "'$PY' -c 'import torch'" >/dev/null 2>&1; then
+      echo "== isolation (as kforge-check)"
+      su kforge-check -s /bin/sh -c "cd '$PWD' && KFORGE_ISOLATION=require KFORGE_CACHE_DIR='$cache' HOME='$cache' \
+        '$PY' -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/gpu/test_gpu_eval.py \
+        -k 'test_isolation or $sel'" 2>&1 | tee -a "$OUT/gpu_check.log"
+      rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+    else
+      echo "== isolation as an ordinary user: skipped ($PY is not usable by kforge-check)" | tee -a "$OUT/gpu_check.log"
+    fi
+  fi
+}
+
 bench() {
   echo "== time to verdict"
   "$PY" bench/time_to_verdict_gpu.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log"
@@ -87,11 +110,12 @@ builtin() {  # the built-in synthesizer over the gallery on CUDA (resumable: row
 case "$MODE" in
   probe) probe ;;
   tests) probe; tests; inline_report ;;
+  isolation) probe; isolation ;;
   bench) bench "$@" ;;
   fidelity) fidelity "$@" ;;
   builtin) probe; builtin "$@" ;;
-  all) probe; tests; inline_report; bench "$@"; fidelity ;;
-  *) echo "usage: $0 [all|probe|tests|bench|fidelity|builtin] [bench args]"; exit 2 ;;
+  all) probe; tests; inline_report; isolation; bench "$@"; fidelity ;;
+  *) echo "usage: $0 [all|probe|tests|isolation|bench|fidelity|builtin] [bench args]"; exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1
 [ -f "$OUT/time_to_verdict_gpu.md" ] && cat "$OUT/time_to_verdict_gpu.md"

@@ -41,6 +41,9 @@ def cached(target: str, device_name: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+_unsaved: dict[str, dict] = {}  # measured in an evaluation child, whose cache is read-only: the caller stores them
+
+
 def store(target: str, device_name: str, measured: dict) -> None:
     data = _read()
     data[f"{target}:{device_name}"] = measured
@@ -51,7 +54,28 @@ def store(target: str, device_name: str, measured: dict) -> None:
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(path)  # atomic: concurrent readers see the old or the new file, never half of one
     except OSError:
-        pass
+        _unsaved[f"{target}:{device_name}"] = measured
+
+
+def unsaved() -> dict[str, dict]:
+    return dict(_unsaved)
+
+
+def store_reported(reported) -> None:
+    """In the caller: store what a child measured but could not write (`unsaved`, sent back in its result).
+    Measured in the candidate's process, like every number of an evaluation today (docs/EVALUATOR.md)."""
+    if not isinstance(reported, dict):
+        return
+    for key, measured in reported.items():
+        target, _, device = str(key).partition(":")
+        if device and isinstance(measured, dict) and all(_plain(v) or (
+                isinstance(v, dict) and all(_plain(w) for w in v.values())) for v in measured.values()):
+            store(target, device, measured)
+
+
+def _plain(value) -> bool:
+    # a measurement's figures, dates and reasons; its `spread` and `last_refused` are one level of these
+    return isinstance(value, (int, float, str)) or value is None
 
 
 REPEATS = 3
@@ -121,7 +145,7 @@ def _stale_untrusted(value: dict, now: float) -> bool:
 def for_platform(platform) -> dict:
     """Cached ceilings of this platform's device, measured now (in this process) when never measured, or when the
     cached ones were untrusted and are over an hour old."""
-    value = cached(platform.name, platform.device_name())
+    value = cached(platform.name, platform.device_name()) or _unsaved.get(f"{platform.name}:{platform.device_name()}")
     if value is None or _stale_untrusted(value, time.time()):
         value = remember(platform, measure(platform))
     return value

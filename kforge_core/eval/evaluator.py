@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import ProblemError, SandboxError, UsageError
 from ..platform import get_platform
 from ..problem import Problem, ProblemReport
-from . import baselines
+from . import baselines, ceilings
 from .harness import watchdog
 from .sandbox import ChildOutcome, run_child
 from .tolerance import get_policy
@@ -38,6 +38,10 @@ class EvalOptions:
         get_policy(self.tolerance)
 
 
+# what the fork server's child and the isolation write to the harness log when setting up a child fails
+SETUP_FAILURES = ("evaluation child set-up failed:", "kforge isolation:")
+
+
 def _outcome_to_verdict(outcome: ChildOutcome, target: str, timeout_s: float) -> Verdict:
     log_tail = "\n".join(outcome.log.strip().splitlines()[-40:])
     r = outcome.result
@@ -53,6 +57,10 @@ def _outcome_to_verdict(outcome: ChildOutcome, target: str, timeout_s: float) ->
     phase = watchdog.timeout_reason(outcome.log) if r is None and outcome.returncode == 1 else None
     if phase:
         return Verdict("timeout", phase, target, log_tail=log_tail, wall_s=outcome.wall_s)
+    setup = [ln for ln in outcome.log.splitlines() if ln.startswith(SETUP_FAILURES)]
+    if r is None and setup:  # our sandbox failed before the candidate ran: not the candidate's doing
+        return Verdict("runtime_error", f"the evaluation sandbox failed before the candidate ran: {setup[-1]}",
+                       target, log_tail=log_tail, wall_s=outcome.wall_s)
     if r is None:
         sig = outcome.signal_name
         if sig:
@@ -125,6 +133,8 @@ def evaluate(problem: Problem, candidate_source: str, target: str, options: Eval
                         fork_server_safe=platform.fork_server_safe, on_stage=on_stage, relay=relay, cancel=cancel)
     if outcome.cancelled:
         raise EvaluationCancelled()
+    if outcome.result is not None:
+        ceilings.store_reported(outcome.result.pop("measured_ceilings", None))
     verdict = _outcome_to_verdict(outcome, platform.name, options.timeout_s)
     if relay is not None:
         _merge_shared_baseline(verdict, relay, server)

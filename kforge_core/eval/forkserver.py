@@ -2,14 +2,20 @@
 
 One fork server per caller process and child environment, started on first use, restarted if it dies. It is
 started exactly like an evaluation child (scrubbed environment, no capabilities, own session, parent-death
-signal), so what it forks holds no secret and no privilege either. Linux only (macOS frameworks are not fork-safe);
-`KFORGE_EVAL_SPAWN=1` turns it off, and any failure to start it falls back to spawning.
+signal), so what it forks holds no secret and no privilege either; it makes itself non-dumpable, and each child it
+forks enters its own namespaces (`kforge_core.eval.isolation`) before anything else, so no child can see it in /proc or
+reach its memory. A server whose child ran away (timed out, exceeded memory) is retired: later evaluations get a
+fresh one, and the old one exits once its last child is gone. Requests go over a SOCK_SEQPACKET socket carrying the
+child's output descriptors (created by the caller, `kforge_core.eval.channels`) as SCM_RIGHTS. Linux only (macOS
+frameworks are not fork-safe); `KFORGE_EVAL_SPAWN=1` turns it off, and any failure to start it falls back to
+spawning.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +35,7 @@ def enabled() -> bool:
 
 class ForkServer:
     def __init__(self, env: dict[str, str]):
+        from .isolation import status
         from .sandbox import limits, popen_lasting, python_command
 
         self.dir = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
@@ -37,12 +44,19 @@ class ForkServer:
         self._exits: dict[int, int] = {}
         self.ready = False
         self.dead = False
+        self.retired = False
+        self._active = 0
         self._write_lock = threading.Lock()
         log = open(self.dir / "forkserver.log", "wb")
-        self.proc = popen_lasting(python_command("kforge_core.eval.harness.zygote"), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=log, cwd=self.dir, env={**env, "HOME": str(self.dir)},
-                                     start_new_session=True, preexec_fn=limits(None, False))
-        log.close()
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = popen_lasting(python_command("kforge_core.eval.harness.zygote"), stdin=theirs,
+                                      stdout=subprocess.PIPE, stderr=log, cwd=self.dir,
+                                      env={**env, "HOME": str(self.dir)}, start_new_session=True,
+                                      preexec_fn=limits(None, False, entering=status()[0]))
+        finally:
+            theirs.close()
+            log.close()
         threading.Thread(target=self._read, daemon=True, name="kforge-forkserver").start()
         with self._cond:
             if not self._cond.wait_for(lambda: self.ready or self.dead, timeout=START_TIMEOUT_S) or self.dead:
@@ -66,20 +80,31 @@ class ForkServer:
             self.dead = True
             self._cond.notify_all()
 
-    def fork(self, workdir: Path, request: dict, memory_limit_mb: int | None, limit_address_space: bool) -> int:
+    def fork(self, workdir: Path, request: dict, memory_limit_mb: int | None, limit_address_space: bool,
+             fds: tuple[int, ...], plan: dict | None, cgroup_procs: str | None = None) -> int:
+        """Fork a child whose fds 1, 2, 3 (and 4) are `fds` (result, harness log, candidate log, build channel),
+        isolated by `plan`."""
         key = uuid.uuid4().hex
-        line = json.dumps({"id": key, "workdir": str(workdir), "request": request,
-                           "memory_limit_mb": memory_limit_mb, "limit_address_space": limit_address_space})
-        with self._write_lock:
-            try:
-                self.proc.stdin.write(line.encode() + b"\n")
-                self.proc.stdin.flush()
-            except (BrokenPipeError, ValueError, OSError) as e:
-                raise SandboxError(f"the evaluation fork server is gone: {e}") from e
-        with self._cond:
-            if not self._cond.wait_for(lambda: key in self._pids or self.dead, timeout=60) or key not in self._pids:
-                raise SandboxError("the evaluation fork server did not fork a child")
-            return self._pids.pop(key)
+        msg = json.dumps({"id": key, "workdir": str(workdir), "request": request, "plan": plan, "cgroup": cgroup_procs,
+                          "memory_limit_mb": memory_limit_mb, "limit_address_space": limit_address_space})
+        with self._cond:  # counted from now: a server retired meanwhile waits for this child before closing
+            if self.retired and self._active <= 0:
+                raise SandboxError("the evaluation fork server was retired")
+            self._active += 1
+        try:
+            with self._write_lock:
+                try:
+                    socket.send_fds(self._sock, [msg.encode()], list(fds))
+                except OSError as e:
+                    raise SandboxError(f"the evaluation fork server is gone: {e}") from e
+            with self._cond:
+                if not self._cond.wait_for(lambda: key in self._pids or self.dead, timeout=60) or \
+                        key not in self._pids:
+                    raise SandboxError("the evaluation fork server did not fork a child")
+                return self._pids.pop(key)
+        except SandboxError:
+            self.wait(-1, 0)  # uncount it (closes a retired server left idle)
+            raise
 
     def returncode(self, pid: int) -> int | None:
         """The child's exit code once it has exited (negative: killed by that signal); None while it runs."""
@@ -95,11 +120,16 @@ class ForkServer:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._cond.wait_for(lambda: pid in self._exits or self.dead, timeout=max(0.0, deadline - time.monotonic()))
-            return self._exits.pop(pid, -9 if self.dead else None)
+            code = self._exits.pop(pid, -9 if self.dead else None)
+            self._active -= 1
+            last = self.retired and self._active <= 0
+        if last:
+            self.close()
+        return code
 
     def close(self) -> None:
         try:
-            self.proc.stdin.close()
+            self._sock.close()
         except OSError:
             pass
         try:
@@ -110,6 +140,19 @@ class ForkServer:
 
 _servers: dict[str, ForkServer] = {}
 _lock = threading.Lock()
+
+
+def retire(server: ForkServer) -> None:
+    """Start the next evaluation on a fresh server; this one exits once its running children are done."""
+    with _lock:
+        for key, s in list(_servers.items()):
+            if s is server:
+                del _servers[key]
+    with server._cond:
+        server.retired = True
+        idle = server._active <= 0
+    if idle:
+        server.close()
 
 
 def get(env: dict[str, str]) -> ForkServer:

@@ -54,6 +54,8 @@ class ProgressChannel:
         self._buf = b""
         self.stages_seen = 0
         self.relay_error: str | None = None
+        # an isolated child's own pid is its PID namespace's; the caller sets the one it kills and waits for
+        self.outer_pid: int | None = None
         for name, path in self.paths.items():
             os.mkfifo(path, 0o600)
             self.fds[name] = os.open(path, os.O_RDWR | os.O_NONBLOCK)
@@ -100,6 +102,8 @@ class ProgressChannel:
                 pass
             return
         stage = clean_stage(obj)
+        if stage is not None and "pid" in stage and self.outer_pid is not None:
+            stage["pid"] = self.outer_pid
         if stage is not None and self.on_stage is not None and self.stages_seen < MAX_STAGES:
             self.stages_seen += 1
             self.on_stage(stage)

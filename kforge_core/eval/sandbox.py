@@ -31,15 +31,18 @@ from pathlib import Path
 from .. import paths
 from ..errors import SandboxError
 from ..platform import REPO_ROOT
+from . import channels, isolation
+from .redaction import _CREDENTIAL as _ENV_SECRET
+from .redaction import redactor
 
 _ENV_ALLOW = re.compile(
     r"^(PATH|LANG|LANGUAGE|LC_\w+|TZ|TERM|TMPDIR|CC|CXX|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|"
     r"CUDA_\w+|NVIDIA_\w+|ROCM_\w+|HIP_\w+|TORCH_\w+|TORCHINDUCTOR_\w+|TRITON_\w+|PYTORCH_\w+|OMP_\w+|MKL_\w+|"
     r"KMP_\w+|OPENBLAS_\w+|GOMP_\w+|KFORGE_\w+|VIRTUAL_ENV|CONDA_PREFIX|PYTHONHASHSEED|NCCL_\w+|NVSHMEM_\w+|"
     r"MPS_\w+|METAL_\w+)$")
-_ENV_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION)|^OPENAI_|^ANTHROPIC_",
-                         re.IGNORECASE)
 _dumpable_cleared = False
+RESULT_LIMIT = 1 << 26  # bytes read back at most: the framed result (profiles included)
+LOG_LIMIT = 20000  # the tail of each log
 
 
 def cache_dir() -> Path:
@@ -59,8 +62,11 @@ def python_command(module: str) -> list[str]:
     return [sys.executable, *PYTHON_FLAGS, "-m", module]
 
 
-def child_environment(workdir: Path) -> dict[str, str]:
+def child_environment(workdir: Path, isolated: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_SECRET.search(k)}
+    if isolated:
+        env["TMPDIR"] = "/tmp"  # the child's own private /tmp; the caller's TMPDIR is not in its root
+        env["USER"] = env["LOGNAME"] = CHILD_USER  # getpass.getuser(): a root caller's child has no passwd entry
     env.update(
         HOME=str(workdir),
         # the repo first, then the caller's own entries (third-party platform modules named in KFORGE_PLATFORMS)
@@ -72,6 +78,7 @@ def child_environment(workdir: Path) -> dict[str, str]:
         PYTHONNOUSERSITE="1",
         KFORGE_CACHE_DIR=str(cache_dir()),
         # torch.compile's caches persist across children, so the baseline's compile is paid once per problem
+        # (these four are WRITABLE_CACHES)
         TORCHINDUCTOR_CACHE_DIR=str(cache_dir() / "inductor"),
         TRITON_CACHE_DIR=str(cache_dir() / "triton"),
         TORCH_EXTENSIONS_DIR=str(cache_dir() / "torch_extensions"),
@@ -79,6 +86,72 @@ def child_environment(workdir: Path) -> dict[str, str]:
     )
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     return env
+
+
+def isolation_status() -> tuple[bool, str]:
+    """(isolated, why not): whether children run in namespaces. Raises SandboxError when KFORGE_ISOLATION=require
+    and they cannot."""
+    ok, why = isolation.status()
+    if not ok and isolation.requested() == "require":
+        raise SandboxError(f"OS isolation is required (KFORGE_ISOLATION=require) but unavailable: {why}")
+    return ok, why
+
+
+def _child_paths() -> tuple[list[str], list[str], list[str]]:
+    """(read-only, writable, hidden) paths of an isolated child, besides the toolchain and its workdir."""
+    readonly = [sys.prefix, sys.base_prefix, sys.exec_prefix, str(REPO_ROOT), os.path.dirname(sys.executable)]
+    for var in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH"):
+        readonly += [p for p in os.environ.get(var, "").split(os.pathsep) if os.path.isabs(p)]
+    readonly += [p for p in sys.path if p and os.path.isabs(p)]
+    readonly += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH") if os.path.isabs(os.environ.get(v, ""))]
+    home = os.path.realpath(os.path.expanduser("~"))
+    readonly = [p for p in readonly if os.path.realpath(p) not in (home, "/")]
+    cache = cache_dir()
+    writable = []
+    for sub in WRITABLE_CACHES:
+        (cache / sub).mkdir(parents=True, exist_ok=True)
+        writable.append(str(cache / sub))
+    from .. import build_cache
+    from . import ceilings
+
+    readonly += [str(build_cache.cache_root()), str(ceilings.cache_path())]
+    hidden = [home, str(cache)]
+    try:
+        from ..llm.config import settings_path
+
+        hidden.append(str(settings_path()))
+    except Exception:  # noqa: BLE001 - no settings module, no settings file to hide
+        pass
+    try:
+        from ..store.db import resolve_db_path
+
+        hidden.append(str(resolve_db_path().parent))
+    except Exception:  # noqa: BLE001
+        pass
+    return readonly, writable, hidden
+
+
+# torch.compile's and Triton's caches stay writable and shared: the baselines are compiled in the evaluation child
+# today (see docs/EVALUATOR.md, known limits); the build cache is not among them (read-only, published by the caller)
+WRITABLE_CACHES = ("inductor", "triton", "torch_extensions", "xdg")  # and inductor_default (child_plan)
+CHILD_USER = "kforge"  # $USER inside an isolated child
+
+
+def nproc_limit() -> int:
+    """Processes and threads an evaluation may hold at once (torch's thread pools and inductor's workers count)."""
+    return int(os.environ.get("KFORGE_EVAL_NPROC") or 1024 + 32 * (os.cpu_count() or 1))
+
+
+def child_plan(workdir: Path) -> dict:
+    readonly, writable, hidden = _child_paths()
+    # torch.compile keeps its precompiled headers under inductor's *default* cache directory,
+    # $TMPDIR/torchinductor_$USER, whatever TORCHINDUCTOR_CACHE_DIR says: in the child's private /tmp every
+    # evaluation rebuilt them (7 s of g++ on two busy cores, measured); they are shared like the inductor cache
+    headers = cache_dir() / "inductor_default"
+    headers.mkdir(exist_ok=True)
+    return isolation.plan(workdir, readonly=readonly, writable=writable, hide=hidden,
+                          mapped={f"/tmp/torchinductor_{CHILD_USER}": str(headers)}, nproc=nproc_limit(),
+                          fsize_mb=int(os.environ.get("KFORGE_EVAL_FSIZE_MB") or 4096))
 
 
 def _clear_dumpable() -> None:
@@ -95,10 +168,15 @@ def _clear_dumpable() -> None:
         pass
 
 
-def limits(memory_limit_mb: int | None, limit_address_space: bool):
+def limits(memory_limit_mb: int | None, limit_address_space: bool, entering: bool = False,
+           cgroup_procs: str | None = None):
+    """`entering`: the child enters namespaces next, which a root child can only do holding CAP_SETFCAP (see
+    isolation.enter); it keeps that one capability and drops it with the rest right after entering.
+    `cgroup_procs`: the evaluation's pids cgroup (isolation.PidsCgroup), joined first."""
     def apply() -> None:  # runs in the child between fork and exec (or after a fork-server fork)
         import resource
 
+        isolation.join_cgroup(cgroup_procs)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if memory_limit_mb and limit_address_space:
             n = memory_limit_mb * 1024 * 1024
@@ -110,33 +188,9 @@ def limits(memory_limit_mb: int | None, limit_address_space: bool):
                 ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the caller
             except (OSError, AttributeError):
                 pass
-        drop_privileges()
+        isolation.drop_privileges(keep=(isolation.CAP_SETFCAP,) if entering else ())
 
     return apply
-
-
-def drop_privileges() -> None:
-    """In a child about to run candidate code (after fork, before exec): no new privileges (setuid programs do not
-    elevate), and when running as root an empty capability bounding set, so after exec the child holds no
-    capabilities at all. Without this a root child keeps CAP_SYS_PTRACE, which overrides the caller's
-    non-dumpable flag and lets it read the caller's /proc/<pid>/environ (the API key), and CAP_DAC_OVERRIDE, which
-    opens every file on the machine. The child stays uid 0, so it still owns the private directory and the cache."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-        if os.geteuid() == 0:
-            for cap in range(64):  # PR_CAPBSET_DROP; EINVAL past the kernel's last capability is harmless
-                libc.prctl(24, cap, 0, 0, 0)
-            # and the capabilities held now (a fork-server child runs candidate code without an exec)
-            header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-            data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (x2): all empty
-            libc.capset(header, data)
-    except (OSError, AttributeError):
-        pass
 
 
 _lasting: dict = {}
@@ -198,8 +252,9 @@ class ChildOutcome:
     returncode: int | None
     timed_out: bool
     memory_exceeded: bool
-    log: str  # what the child printed (candidate output, tracebacks)
+    log: str  # what the child printed (candidate output, tracebacks), secrets redacted
     wall_s: float
+    isolation: str = ""  # "namespaces", or "none: <why>"
     cancelled: bool = False  # the caller asked to stop: the process group was killed, no verdict
 
     @property
@@ -212,11 +267,28 @@ class ChildOutcome:
         return None
 
 
-def _kill_group(pid: int) -> None:
+def _kill_group(pid: int, group: isolation.PidsCgroup | None = None) -> None:
+    """Kill the child's process group, and first the child's own children: with isolation that is the evaluation's
+    PID 1 (whose death ends its namespace), which may have left the group (setsid) and dropped its parent-death
+    signal; and everything in the evaluation's pids cgroup, where there is one."""
+    if group is not None:
+        group.kill_all()
+    for child in _children(pid):
+        try:
+            os.kill(child, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 class Supervision:
@@ -238,7 +310,8 @@ class Supervision:
 
 
 def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: int | None,
-               limit_address_space: bool, supervision: Supervision | None = None) -> tuple[bool, bool]:
+               limit_address_space: bool, supervision: Supervision | None = None,
+               group: isolation.PidsCgroup | None = None) -> tuple[bool, bool]:
     """Wait for the child; kill its whole process group on timeout, on memory overuse, on a cancel, or when the
     caller itself is interrupted (Ctrl-C must not leave an evaluation running). Returns (timed_out,
     memory_exceeded)."""
@@ -259,26 +332,37 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
                     break
             time.sleep(0.02)
     except BaseException:
-        _kill_group(pid)
+        _kill_group(pid, group)
         raise
     return timed_out, memory_exceeded
 
 
 def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
               limit_address_space: bool, module: str = "kforge_core.eval.harness.child",
-              fork_server_safe: bool = False, on_stage=None, relay=None, cancel=None) -> ChildOutcome:
+              fork_server_safe: bool = False, collect=None, on_stage=None, relay=None, cancel=None) -> ChildOutcome:
     """Run the evaluation harness (or `python -m module`) on `request` with `files` in a private directory.
 
     The harness child is forked from the fork server when the platform is fork-safe and a server is available
-    (`kforge_core.eval.forkserver`), else spawned; both get the same environment, limits and privileges.
+    (`kforge_core.eval.forkserver`), else spawned; both get the same environment, limits, privileges and isolation
+    (`kforge_core.eval.isolation`). What comes back travels only through files this process created before the child
+    started and reads by descriptor, size-bounded (`channels`); secrets known to KForge are redacted from it.
+    A harness child gets a build channel to this process (`build_service`); `collect(workdir)` runs after the
+    child has exited, before its directory is removed (the build service publishes a builder's output there).
     `on_stage(dict)` receives the stages the child reports, `relay(dict) -> dict` answers its relay requests (see
-    `kforge_core.eval.progress_channel`), and `cancel()` returning True kills the child's process group at once
-    (the outcome says `cancelled`)."""
+    `kforge_core.eval.progress_channel`: two FIFOs this process makes and opens in the private directory, which
+    the isolated child sees at the same path), and `cancel()` returning True kills the child's process group (and
+    its pids cgroup) at once (the outcome says `cancelled`)."""
     from . import forkserver
+    from .build_service import BuildService
     from .progress_channel import ProgressChannel
 
     _clear_dumpable()
+    isolated, why_not = isolation_status()
     workdir = Path(tempfile.mkdtemp(prefix="kforge-eval-"))
+    chans = channels.Channels()
+    plan = None
+    builds = None
+    group = isolation.PidsCgroup.create(nproc_limit())
     channel = None
     try:
         for name, text in files.items():
@@ -287,7 +371,8 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         channel = ProgressChannel(workdir, on_stage, relay)
         supervision = Supervision(channel, cancel)
         full_request = {**request, "nonce": nonce, "workdir": str(workdir), **channel.request_fields()}
-        env = child_environment(workdir)
+        env = child_environment(workdir, isolated=isolated)
+        plan = child_plan(workdir) if isolated else None
         server = None
         if fork_server_safe and module == "kforge_core.eval.harness.child" and forkserver.enabled():
             try:
@@ -295,58 +380,97 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
             except SandboxError:
                 server = None  # spawning still works; only slower
         start = time.monotonic()
+        fds = chans.fds()
+        if module == "kforge_core.eval.harness.child" and request.get("mode") != "build":
+            builds = BuildService(start + timeout_s, fork_server_safe, memory_limit_mb, limit_address_space)
+            fds = (*fds, builds.theirs.fileno())
+        pid = None
         if server is not None:
-            pid = server.fork(workdir, full_request, memory_limit_mb, limit_address_space)
+            try:
+                pid = server.fork(workdir, {**full_request, "candidate_log_fd": 3,
+                                            **({"build_fd": 4} if builds else {})},
+                                  memory_limit_mb, limit_address_space, fds, plan, group and group.procs)
+            except SandboxError:
+                server = None  # retired or gone meanwhile: this evaluation is spawned instead
+        if server is not None:
+            if builds:
+                builds.child_started()
+            if plan is not None:
+                channel.outer_pid = pid
             timed_out, memory_exceeded = _supervise(pid, lambda: server.returncode(pid), start, timeout_s,
-                                                    memory_limit_mb, limit_address_space, supervision)
-            _kill_group(pid)  # the child, or whatever it left behind in its session
+                                                    memory_limit_mb, limit_address_space, supervision, group)
+            _kill_group(pid, group)  # the child, or whatever it left behind in its session
             returncode = server.wait(pid, 10.0)
-            out = _read_log(workdir / "result.out", limit=1 << 26)
+            if timed_out or memory_exceeded:
+                forkserver.retire(server)  # it ran away: the next evaluation gets a fresh server
         else:
-            returncode, timed_out, memory_exceeded, out = _spawn(workdir, full_request, env, module, start,
-                                                                 timeout_s, memory_limit_mb, limit_address_space,
-                                                                 supervision)
+            returncode, timed_out, memory_exceeded = _spawn(workdir, full_request, env, module, start, timeout_s,
+                                                            memory_limit_mb, limit_address_space, fds, plan, builds,
+                                                            group, supervision)
         wall = time.monotonic() - start
         channel.close()
-        result = _unframe(out, nonce)
-        log = _read_log(workdir / "child.log")
-        cand_log = workdir / "candidate.log"
-        if cand_log.exists():
-            log = _read_log(cand_log) + ("\n" + log if log else "")
+        if collect is not None and not timed_out and not supervision.cancelled:
+            collect(workdir)
+        redact = redactor()
+        result = _unframe(chans.read("result", limit=RESULT_LIMIT), nonce)
+        log = chans.read("harness", limit=LOG_LIMIT)
+        cand_log = chans.read("candidate", limit=LOG_LIMIT)
+        if cand_log:
+            log = cand_log + ("\n" + log if log else "")
         if supervision.cancelled:
             result = None
-        return ChildOutcome(result, returncode, timed_out, memory_exceeded, log, wall, supervision.cancelled)
+        if result is not None:
+            result = redact(result)
+            if not isolated:
+                result.setdefault("warnings", []).append(f"evaluated without OS isolation: {why_not}")
+        return ChildOutcome(result, returncode, timed_out, memory_exceeded, redact(log), wall,
+                            isolation="namespaces" if isolated else f"none: {why_not}",
+                            cancelled=supervision.cancelled)
     finally:
         if channel is not None:
             channel.close()
+        if group is not None:
+            group.remove()
+        chans.close()
+        if builds is not None:
+            builds.close()
         shutil.rmtree(workdir, ignore_errors=True)
+        if plan and plan.get("root"):
+            try:
+                os.rmdir(plan["root"])
+            except OSError:
+                pass
 
 
 def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, timeout_s: float,
-           memory_limit_mb: int | None, limit_address_space: bool,
-           supervision: Supervision | None = None) -> tuple[int | None, bool, bool, str]:
+           memory_limit_mb: int | None, limit_address_space: bool, fds: tuple[int, ...],
+           plan: dict | None, builds, group, supervision: Supervision | None = None) -> tuple[int | None, bool, bool]:
+    result_fd, log_fd, cand_fd, *extra = fds
+    request = {**request, "candidate_log_fd": cand_fd, **({"build_fd": extra[0]} if extra else {})}
+    cmd = python_command(module)
+    if plan is not None:  # the launcher enters the namespaces, then execs the child in them
+        cmd = [sys.executable, "-S", *PYTHON_FLAGS, "-m", "kforge_core.eval.jail", json.dumps(plan), "--", *cmd]
     try:
-        with open(workdir / "child.log", "wb") as log_file:
-            proc = subprocess.Popen(
-                python_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=log_file, cwd=workdir, env=env, start_new_session=True,
-                preexec_fn=limits(memory_limit_mb, limit_address_space))
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=result_fd, stderr=log_fd, pass_fds=(cand_fd, *extra),
+                                cwd=workdir, env=env, start_new_session=True,
+                                preexec_fn=limits(memory_limit_mb, limit_address_space, entering=plan is not None,
+                                                  cgroup_procs=group and group.procs))
     except OSError as e:
         raise SandboxError(f"could not start the evaluation process: {e}") from e
-    stdout_chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: stdout_chunks.append(proc.stdout.read()), daemon=True)
-    reader.start()
+    if builds is not None:
+        builds.child_started()
+    if plan is not None and supervision is not None and supervision.channel is not None:
+        supervision.channel.outer_pid = proc.pid  # the jail launcher, whose death ends the evaluation's namespace
     try:
         proc.stdin.write(json.dumps(request).encode())
         proc.stdin.close()
     except BrokenPipeError:
         pass
     timed_out, memory_exceeded = _supervise(proc.pid, proc.poll, start, timeout_s, memory_limit_mb,
-                                            limit_address_space, supervision)
-    _kill_group(proc.pid)  # the child, or whatever it left behind in its group (a hung compiler, a daemon)
+                                            limit_address_space, supervision, group)
+    _kill_group(proc.pid, group)  # the child, or whatever it left behind in its group (a hung compiler, a daemon)
     proc.wait()
-    reader.join(timeout=5)
-    return proc.returncode, timed_out, memory_exceeded, b"".join(stdout_chunks).decode(errors="replace")
+    return proc.returncode, timed_out, memory_exceeded
 
 
 def _unframe(out: str, nonce: str) -> dict | None:
@@ -359,11 +483,3 @@ def _unframe(out: str, nonce: str) -> dict | None:
         return json.loads(out[i + len(start_tag):j])
     except json.JSONDecodeError:
         return None
-
-
-def _read_log(path: Path, limit: int = 20000) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-limit:].decode(errors="replace")

@@ -23,7 +23,7 @@ import re
 import time
 from pathlib import Path
 
-from kforge_core.build_cache import cached_build, digest
+from kforge_core.build_cache import cached_build
 from kforge_core.errors import CompileError
 from kforge_core.eval.harness import context, launches
 from kforge_core.source_map import map_diagnostics, source_start_line, summarize_errors
@@ -150,6 +150,20 @@ def _nvrtc_compile(a: _Api, source: str, options: list[str], names: list[str], k
         a.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
+def build_image(directory: Path, *, source: str, opts: list[str], kind: str, target: str, launchable: list[str],
+                nvrtc: str, driver: str, _candidate_text: str | None = None) -> None:
+    """The registered builder (`kforge_core.build_cache.BUILDERS`): NVRTC output and its metadata, in a build
+    child (NVRTC needs no device context). `nvrtc` and `driver` are part of the cache key only."""
+    a = api()
+    image, lowered, log, code = _nvrtc_compile(a, source, opts, launchable, kind)
+    if image is None:
+        if code == 6:  # NVRTC_ERROR_COMPILATION
+            raise compile_error_from_log(log, source, _candidate_text or "")
+        raise CompileError(f"NVRTC failed: {a.nvrtc_error(code)}", log=log)
+    (directory / f"kernel.{kind}").write_bytes(image)
+    (directory / "meta.json").write_text(json.dumps({"lowered": lowered, "log": log, "target": target}))
+
+
 def _ensure_context(a: _Api, device_index: int) -> None:
     import torch
 
@@ -195,22 +209,13 @@ def compile_module(source: str, *, options=(), arch: str | None = None, device=N
     opts = [f"--gpu-architecture={target}", "--std=c++17", "-default-device", "-lineinfo",
             *(f"-I{d}" for d in incs), *options]
     launchable = [k for k, s in kernels.items() if not s.template]
-    key = digest(source, " ".join(opts), kind, repr(a.nvrtc_version), repr(launchable),
-                 repr(a.driver_version) if kind == "ptx" else "")
     start = time.perf_counter()
-
-    def build(tmp: Path) -> None:
-        image, lowered, log, code = _nvrtc_compile(a, source, opts, launchable, kind)
-        if image is None:
-            if code == 6:  # NVRTC_ERROR_COMPILATION
-                raise compile_error_from_log(log, source, context.candidate_text)
-            raise CompileError(f"NVRTC failed: {a.nvrtc_error(code)}", log=log)
-        (tmp / f"kernel.{kind}").write_bytes(image)
-        (tmp / "meta.json").write_text(json.dumps({"lowered": lowered, "log": log, "target": target}))
-
-    directory, cached = cached_build("cuda", key, build)
+    args = {"source": source, "opts": opts, "kind": kind, "target": target, "launchable": launchable,
+            "nvrtc": repr(a.nvrtc_version), "driver": repr(a.driver_version) if kind == "ptx" else "",
+            "_candidate_text": context.candidate_text}
+    directory, cached = cached_build("cuda", args)
     build_s = time.perf_counter() - start
-    launches.record_build("cuda", key, cached, build_s)
+    launches.record_build("cuda", directory.name, cached, build_s)
     meta = json.loads((directory / "meta.json").read_text())
     image = (directory / f"kernel.{kind}").read_bytes()
     _ensure_context(a, index)

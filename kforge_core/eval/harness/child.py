@@ -2,7 +2,9 @@
 
 Order matters: the clock and the state snapshot are taken, and the guards installed, before any problem or
 candidate code is imported; the result is written to a private duplicate of stdout, framed by the nonce, while
-fds 1 and 2 go to a log file the candidate cannot use to forge a result.
+fd 1 goes to the candidate's log (a descriptor the caller opened, `candidate_log_fd`) and fd 2 to the harness's.
+The candidate runs in this same process, so this framing keeps only its printed output from passing for a result;
+code that finds the nonce and the duplicate can still write one (docs/EVALUATOR.md, known limits).
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from pathlib import Path
 T0 = time.perf_counter()
 
 
-def _redirect_output(workdir: Path) -> int:
+def _redirect_output(log_fd: int) -> int:
     out_fd = os.dup(1)
-    log_fd = os.open(workdir / "candidate.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log_fd, 1)
     os.close(log_fd)
     return out_fd
@@ -66,15 +67,28 @@ def serve(request: dict, started: float | None = None) -> None:
 
     progress.open_channel(request)  # before any problem or candidate code: the caller's FIFOs, opened by us
     scrub_sys_path(workdir)
-    out_fd = _redirect_output(workdir)
+    out_fd = _redirect_output(int(request.pop("candidate_log_fd")))
     nonce = request.pop("nonce")
     try:
-        from . import run as runner
+        if "build_fd" in request:
+            from ..build_service import connect
 
-        result = runner.run(request, workdir)
+            connect(int(request.pop("build_fd")))
+        if request.get("mode") == "build":
+            from ..build_service import serve_build
+
+            result = serve_build(request, workdir)
+        else:
+            from . import run as runner
+
+            result = runner.run(request, workdir)
     except BaseException as e:  # noqa: BLE001 - the harness must always answer
         result = {"status": "runtime_error", "reason": f"evaluation harness failed: {type(e).__name__}: {e}",
                   "harness_error": traceback.format_exc()[-4000:]}
+    from .. import ceilings
+
+    if ceilings.unsaved():
+        result["measured_ceilings"] = ceilings.unsaved()
     result["child_wall_s"] = time.perf_counter() - (started or T0)
     _emit(out_fd, nonce, result)
     sys.stdout.flush()

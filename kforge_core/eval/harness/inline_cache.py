@@ -150,6 +150,37 @@ def _build_only():
         cpp_extension._import_module_from_library = original
 
 
+def _toolchain_id(cuda: str) -> list[str]:
+    """What the build depends on besides its arguments: part of the cache key."""
+    import torch
+
+    return [torch.__version__, str(torch.version.cuda), _cuda_arch_tag(cuda)]
+
+
+def build_extension(directory: Path, *, module_name: str, kwargs: dict, toolchain: list[str], vetting: int | str,
+                    name: str = "", _sources: list[str] | None = None, _candidate_text: str | None = None) -> None:
+    """The registered builder (`kforge_core.build_cache.BUILDERS`): torch's own load_inline into `directory`, in a
+    build child, without importing what it built; vetted before the caller publishes it (the files the compiler
+    read, and the candidate's own objects). `toolchain` and `vetting` are part of the cache key only."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    if _candidate_text is not None:
+        context.candidate_text = _candidate_text
+    build = _original or cpp_extension.load_inline
+    cpp, cuda = (_sources or ["", ""])[:2]
+    try:
+        with guards.trusted(), _build_only():
+            build(name=module_name, build_directory=str(directory), verbose=False, is_python_module=True, **kwargs)
+    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError with the build log
+        text = native.sanitize_compiler_log(str(e), ("main.cpp", "cuda.cu"), _trusted_header_dirs())
+        summary, log = _map_build_error(text, directory, [cpp, cuda])
+        first = summary or (text.strip().splitlines() or ["unknown error"])[0][:300]
+        raise CompileError(f"load_inline build of {name or module_name!r} failed: {first}", log=log) from None
+    native.vet_includes("load_inline", _ninja_deps(directory), {directory / "main.cpp", directory / "cuda.cu"},
+                        directory)
+    native.vet_objects("load_inline", sorted(directory.glob("*.o")), "load_inline_cuda" if cuda else "load_inline")
+
+
 def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
                        extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None, build_directory=None,
                        verbose=False, with_cuda=None, is_python_module=True, with_pytorch_error_handling=True,
@@ -169,26 +200,15 @@ def cached_load_inline(name, cpp_sources, cuda_sources=None, functions=None, ext
                  _cuda_arch_tag(cuda), repr(sorted(kwargs.items())), native.VETTING_VERSION)
     module_name = f"{re.sub(r'[^A-Za-z0-9_]', '_', str(name))}_{key[:12]}"
     start = time.perf_counter()
-
-    def build(tmp: Path) -> None:
-        try:
-            with guards.trusted(), _build_only():
-                _original(name=module_name, cpp_sources=cpp_sources, cuda_sources=cuda_sources, functions=functions,
-                          extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-                          extra_include_paths=extra_include_paths, build_directory=str(tmp), verbose=False,
-                          with_cuda=with_cuda, is_python_module=True, **kwargs)
-        except Exception as e:  # noqa: BLE001 - torch raises RuntimeError with the build log
-            text = native.sanitize_compiler_log(str(e), ("main.cpp", "cuda.cu"), _trusted_header_dirs())
-            summary, log = _map_build_error(text, tmp, [cpp, cuda])
-            first = summary or (text.strip().splitlines() or ["unknown error"])[0][:300]
-            raise CompileError(f"load_inline build of {name!r} failed: {first}", log=log) from None
-        # vetted before the build is published to the cache (a refused build leaves no entry): the files the
-        # compiler read, and the candidate's own objects (not the linked library)
-        native.vet_includes("load_inline", _ninja_deps(tmp), {tmp / "main.cpp", tmp / "cuda.cu"}, tmp)
-        native.vet_objects("load_inline", sorted(tmp.glob("*.o")), "load_inline_cuda" if cuda else "load_inline")
-
-    directory, cached = cached_build("load_inline", key, build)
-    launches.record_build("load_inline", key, cached, time.perf_counter() - start)
+    build_kwargs = {"cpp_sources": cpp_sources, "cuda_sources": cuda_sources, "functions": functions,
+                    "extra_cflags": extra_cflags, "extra_cuda_cflags": extra_cuda_cflags,
+                    "extra_ldflags": extra_ldflags, "extra_include_paths": extra_include_paths,
+                    "with_cuda": with_cuda, **kwargs}
+    # vetted when it is built (a refused build leaves no cache entry): the rules' version is in the key
+    args = {"module_name": module_name, "name": str(name), "kwargs": build_kwargs, "toolchain": _toolchain_id(cuda),
+            "vetting": native.VETTING_VERSION, "_sources": [cpp, cuda], "_candidate_text": context.candidate_text}
+    directory, cached = cached_build("load_inline", args)
+    launches.record_build("load_inline", directory.name, cached, time.perf_counter() - start)
     with guards.trusted():
         module = _import_extension(module_name, directory / f"{module_name}.so")
     return TrackedExtension(module, str(name))

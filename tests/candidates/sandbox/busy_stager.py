@@ -1,6 +1,7 @@
 """A busy evaluation child for the cancel test: it reports a stage through the progress channel, starts a
-grandchild (`sleep`, pid written to request["pid_file"]), then spins on the CPU forever. A cancel must kill the
-whole process group, grandchild included."""
+grandchild (`sleep request["marker"]`, a duration no other process uses, so the test finds it from outside: pids
+differ inside a PID namespace), then spins on the CPU forever. A cancel must kill the whole process group,
+grandchild included."""
 
 import json
 import os
@@ -13,10 +14,8 @@ from kforge_core.eval.harness import progress
 def main() -> None:
     request = json.loads(sys.stdin.read())
     progress.open_channel(request)
-    grandchild = subprocess.Popen(["sleep", "300"])
-    with open(request["pid_file"], "w") as f:
-        f.write(str(grandchild.pid))
-    progress.stage("spinning", child=os.getpid())
+    subprocess.Popen(["sleep", request["marker"]])
+    progress.stage("spinning", pid=os.getpid())
     while True:
         pass
 

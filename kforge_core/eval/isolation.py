@@ -1,0 +1,497 @@
+"""OS isolation for evaluation children (Linux): a user + mount + PID + network + IPC namespace, unprivileged.
+
+Why namespaces and not more deny-lists: candidate code may run native code, so anything the child's kernel-level view
+holds is reachable. The child therefore gets a new root built from an allow-list, not the machine with holes
+patched:
+
+- the interpreter's prefix and every sys.path directory, the project, the toolchain (/usr, the allowed /etc
+  entries), /sys: read-only; device nodes: null, zero, full, random, urandom, and the GPU's (nvidia*, dri);
+- a fresh /proc of its own PID namespace (no other process is visible: not the caller's environ, not the fork
+  server's memory), a private /tmp and /dev/shm (tmpfs);
+- writable: its private working directory only, plus the torch.compile/Triton caches (see docs/EVALUATOR.md:
+  those are shared with the eager/compile baselines until the baselines move to a judge process);
+- the build cache read-only (builds are published by the trusted caller: `kforge_core.eval.build_service`);
+- HOME, the settings file, the run store and everything else not listed: absent (not in the new root at all), and
+  hidden with empty mounts where they lie under an allowed tree (e.g. a run store inside the project);
+- no network (a fresh network namespace has only a down loopback): the caller's app and LLM endpoint are out of
+  reach;
+- PID 1 of its own PID namespace is the evaluation itself: when it dies, the kernel kills every process it left
+  (setsid and double-fork daemons included); RLIMIT_NPROC counts only this namespace's processes, RLIMIT_FSIZE
+  bounds every file it writes.
+
+`enter(plan)` runs in a single-threaded child right after fork (the fork server's child, or `kforge_core.eval.jail`
+before it execs a spawned child). The process that calls it stays outside the new PID namespace as a small relay:
+it waits for the namespace's PID 1 and exits with its status, so the caller's bookkeeping (pids, exit codes,
+process-group kills) is unchanged. `plan(...)` is computed by the caller (trusted) and passed as JSON.
+
+Where namespaces are unavailable (not Linux, a kernel or container that forbids unprivileged user namespaces, or
+`KFORGE_ISOLATION=0`), children run as before: scrubbed environment, no capabilities, own session, non-dumpable
+caller; `status()` says why, every verdict carries that reason as a warning, and `KFORGE_ISOLATION=require` refuses
+to evaluate instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import resource
+import signal
+import sys
+from pathlib import Path
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+MNT_DETACH = 2
+# statvfs f_flag bits -> mount flags: a bind mount in a user namespace must keep the flags its source mount has
+# ("locked" flags), or the read-only remount fails with EPERM
+_LOCKED = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+           (getattr(os, "ST_NOATIME", 1024), MS_NOATIME), (getattr(os, "ST_NODIRATIME", 2048), MS_NODIRATIME),
+           (getattr(os, "ST_RELATIME", 4096), MS_RELATIME), (os.ST_RDONLY, MS_RDONLY))
+
+# /etc entries a compiler, the dynamic loader, Python and CUDA need; the rest of /etc (shadow, ssh keys, ...) stays out
+ETC_ALLOW = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+             "localtime", "timezone", "hosts", "os-release", "debian_version", "lsb-release", "OpenCL", "vulkan",
+             "glvnd", "nvidia", "gcc", "mime.types", "locale.alias", "locale.gen", "ssl")
+DEV_ALLOW = ("null", "zero", "full", "random", "urandom", "tty")
+DEV_GPU_PREFIXES = ("nvidia", "dri", "kfd")
+TOOLCHAIN = ("/usr", "/opt", "/sys")
+RECURSIVE = ("/sys",)  # bound with what is mounted inside, all read-only
+PRIVATE = ("/", "/tmp", "/dev", "/proc")  # the child's own; never bound from the host
+# /bin, /lib, ... are symlinks into /usr on merged-usr systems, else bound too
+TOP_LEVEL_MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+NOBODY = 65534
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers
+_status: tuple[bool, str] | None = None
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def requested() -> str:
+    """'0' (off), 'require' (refuse to evaluate without it) or '1' (use when available; the default)."""
+    value = os.environ.get("KFORGE_ISOLATION", "1").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return "0"
+    return "require" if value == "require" else "1"
+
+
+def status() -> tuple[bool, str]:
+    """(available, why not). Probed once per process by entering a namespace in a throw-away child."""
+    global _status
+    if _status is None:
+        _status = _probe()
+    return _status
+
+
+def _probe() -> tuple[bool, str]:
+    if requested() == "0":
+        return False, "turned off (KFORGE_ISOLATION=0)"
+    if not sys.platform.startswith("linux"):
+        return False, f"namespaces are Linux-only (this is {sys.platform})"
+    if os.uname().machine not in _PIVOT_ROOT:
+        return False, f"no pivot_root syscall number known for {os.uname().machine}"
+
+    import tempfile
+
+    def attempt() -> bytes:
+        probe_dir = Path(tempfile.gettempdir()) / f".kforge-isolation-probe-{os.getpid()}"
+        try:
+            enter({"root": str(probe_dir), "binds": [], "hide": [], "workdir": None, "nproc": 64, "fsize_mb": 16},
+                  relay=False)
+            return b"ok"
+        except OSError as e:
+            return str(e).encode()[:500]
+        finally:
+            try:
+                probe_dir.rmdir()
+            except OSError:
+                pass
+
+    data = in_fork(attempt)
+    text = data.decode(errors="replace")
+    if text == "ok":
+        return True, ""
+    return False, f"user namespaces unavailable here ({text or 'the probe died'})"
+
+
+def in_fork(fn) -> bytes:
+    """fn() in a forked child (whatever it changes about its process stays there); returns the bytes it returned."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.close(r)
+            os.write(w, fn())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return data
+
+
+def plan(workdir: Path | None, *, readonly: list[str], writable: list[str], hide: list[str],
+         nproc: int, fsize_mb: int, mapped: dict[str, str] | None = None) -> dict:
+    """What a child's new root holds. Computed by the caller; every path absolute and resolved."""
+    wanted: dict[str, tuple[str, bool]] = {}
+
+    def add(path: str, rw: bool) -> None:
+        target = os.path.normpath(os.path.abspath(path))
+        # never the host's /, /tmp, /dev or /proc (a caller's script in /tmp puts /tmp on sys.path): the child gets
+        # private ones, and a tree bound there would hide what is bound inside it
+        if os.path.exists(target) and target not in PRIVATE:
+            wanted[target] = (os.path.realpath(target), rw or wanted.get(target, ("", False))[1])
+
+    for entry in TOOLCHAIN:
+        add(entry, False)
+    for entry in TOP_LEVEL_MAYBE_LINKS:
+        if os.path.exists(entry) and not os.path.islink(entry):
+            add(entry, False)
+    for name in ETC_ALLOW:
+        add(f"/etc/{name}", False)
+    for entry in readonly:
+        add(entry, False)
+    for entry in writable:
+        add(entry, True)
+    # Every mount costs twice (made, then torn down with the namespace), so: a read-only path inside a tree already
+    # bound comes with it; one that resolves into such a tree becomes a symlink; a small /etc file is copied
+    binds, copies = [], []
+    links = {p: os.readlink(p) for p in TOP_LEVEL_MAYBE_LINKS if os.path.islink(p)}
+    for target in sorted(wanted, key=len):
+        source, rw = wanted[target]
+        trees = [b["target"] for b in binds if not b["rw"] and b["source"] == b["target"]]
+        if not rw and _under_any(source, trees):
+            if source != target and target not in links:
+                links[target] = source
+            continue
+        if not rw and target.startswith("/etc/") and os.path.isfile(source) and os.path.getsize(source) <= 1 << 20:
+            copies.append({"source": source, "target": target})
+            continue
+        binds.append({"source": source, "target": target, "rw": rw})
+    for target, source in (mapped or {}).items():  # writable elsewhere inside than outside
+        if os.path.isdir(source):
+            binds.append({"source": os.path.realpath(source), "target": target, "rw": True})
+    devs = [f"/dev/{n}" for n in DEV_ALLOW if os.path.exists(f"/dev/{n}")]
+    try:
+        devs += [f"/dev/{n}" for n in sorted(os.listdir("/dev")) if n.startswith(DEV_GPU_PREFIXES)]
+    except OSError:
+        pass
+    # hidden: only what an allowed tree would otherwise show (the rest is simply not in the new root)
+    # (the private /tmp counts: a cache under the caller's /tmp would otherwise be a writable, empty directory there)
+    hidden = sorted({os.path.normpath(os.path.abspath(h)) for h in hide if h and os.path.lexists(h) and _under_any(
+        os.path.normpath(os.path.abspath(h)),
+        ["/tmp", *(b["target"] for b in binds if not _under(b["target"], os.path.normpath(os.path.abspath(h))))])})
+    return {"root": str(Path(workdir).parent / f".{Path(workdir).name}.root") if workdir else None,
+            "binds": binds, "copies": copies, "links": links, "devs": devs, "hide": hidden,
+            "workdir": str(workdir) if workdir else None, "nproc": nproc, "fsize_mb": fsize_mb}
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _under_any(path: str, tops: list[str]) -> bool:
+    return any(_under(path, t) for t in tops)
+
+
+def _write_file(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def enter(p: dict, relay: bool = True) -> None:
+    """Enter new namespaces and a new root built from plan `p`. In the relay (the caller of enter) this never
+    returns: it waits for the namespace's PID 1 and exits with its status. Returns in PID 1 once the root is
+    ready (working directory = the workdir, no capabilities left to drop but the caller's own drop_privileges).
+    Raises OSError before anything changed when namespaces cannot be created."""
+    libc = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    # a non-dumpable process's /proc/self files belong to the host's root: it could not write its own uid_map
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+    _check(libc.unshare(FLAGS), "unshare")
+    # The same ids inside as outside, except root, which is `nobody` inside (still the host's root for file
+    # ownership: hence the new root). Mapping the host's root at all needs CAP_SETFCAP at unshare time: a root
+    # caller's child enters before it drops its capabilities (sandbox.limits(..., drop=False))
+    _write_file("/proc/self/setgroups", "deny")
+    _write_file("/proc/self/uid_map", f"{uid or NOBODY} {uid} 1\n")
+    _write_file("/proc/self/gid_map", f"{gid or NOBODY} {gid} 1\n")
+    pid = os.fork()  # the new PID namespace holds the children of the unsharing process only
+    if pid != 0:
+        if not relay:
+            _, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0:
+                raise OSError(errno.EPERM, f"setting up the new root failed (exit {code})")
+            return
+        _relay(pid)
+    try:
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the relay's death ends the namespace
+        _build_root(libc, p)
+        # counted per user namespace: this limit bounds only the evaluation's own processes and threads
+        resource.setrlimit(resource.RLIMIT_NPROC, (p["nproc"], p["nproc"]))
+        n = p["fsize_mb"] * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
+    except BaseException as e:  # noqa: BLE001 - report and die: never run candidate code half-isolated
+        if not relay:
+            os._exit(1)
+        os.write(2, f"kforge isolation: {type(e).__name__}: {e}\n".encode())
+        os._exit(71)
+    if not relay:
+        os._exit(0)
+
+
+def _relay(pid: int) -> None:
+    """Outside the PID namespace: mirror PID 1's exit, and take it down with us if we are killed."""
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError as e:
+            os.write(2, f"kforge isolation: lost the evaluation's PID 1: {e}\n".encode())
+            os._exit(70)
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _mount(libc, source, target, fstype, flags, data=None) -> None:
+    _check(libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
+                      data and data.encode()), f"mount {source} on {target}")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+def _readonly_tree(libc, target: str) -> None:
+    """Make a recursive bind read-only with everything mounted under it (mount_setattr, Linux 5.12+): /sys holds
+    the cgroup file systems, whose files the host's root owns and could otherwise write."""
+    attr = _MountAttr(1 | 2 | 4, 0, 0, 0)  # MOUNT_ATTR_RDONLY | NOSUID | NODEV
+    _check(libc.syscall(442, -100, target.encode(), 0x8000, ctypes.byref(attr), ctypes.sizeof(attr)),
+           f"mount_setattr {target}")  # SYS_mount_setattr(AT_FDCWD, path, AT_RECURSIVE, ...)
+
+
+def _bind(libc, source: str, target: str, rw: bool) -> None:
+    if source in RECURSIVE:  # a tree with mounts inside, which a user namespace may not split from it
+        os.makedirs(target, exist_ok=True)
+        _mount(libc, source, target, None, MS_BIND | MS_REC)
+        try:
+            _readonly_tree(libc, target)
+        except OSError:  # a kernel before 5.12: no /sys at all rather than a writable one
+            _check(libc.umount2(target.encode(), MNT_DETACH), f"detach {target}")
+        return
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.exists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o600))
+    _mount(libc, source, target, None, MS_BIND)
+    locked = 0
+    try:
+        f = os.statvfs(source).f_flag
+        locked = sum(ms for st, ms in _LOCKED if f & st)
+    except OSError:
+        pass
+    # (a source mounted read-only stays read-only: its flag is among the locked ones)
+    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | locked | (0 if rw else MS_RDONLY))
+
+
+def _build_root(libc, p: dict) -> None:
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates back to the host
+    root = p["root"]
+    os.makedirs(root, exist_ok=True)
+    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m")
+    for d, opts in (("/tmp", "mode=1777,size=1g"), ("/dev", "mode=0755,size=1m")):
+        os.makedirs(root + d, exist_ok=True)
+        _mount(libc, "tmpfs", root + d, "tmpfs", MS_NOSUID | (MS_NODEV if d == "/tmp" else 0), opts)
+    # by depth, so a bind inside /tmp (the workdir) lands on the private /tmp, and a hidden directory is covered
+    # before anything allowed inside it (a writable cache subdirectory) is bound on top of the cover
+    ops = [(b["target"].count("/"), 0, b) for b in p["binds"] if b["target"] not in PRIVATE]
+    ops += [(h.count("/"), 1, h) for h in p.get("hide", [])]
+    if p.get("workdir"):
+        ops.append((p["workdir"].count("/"), 0, {"source": p["workdir"], "target": p["workdir"], "rw": True}))
+    covers = []
+    for _, kind, op in sorted(ops, key=lambda o: (o[0], o[1])):
+        if kind == 0:
+            _bind(libc, op["source"], root + op["target"], op["rw"])
+        elif os.path.isdir(op):
+            os.makedirs(root + op, exist_ok=True)
+            _mount(libc, "tmpfs", root + op, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,mode=0755")
+            covers.append(root + op)  # read-only once what is allowed inside it is bound
+        elif os.path.lexists(root + op):
+            _mount(libc, "/dev/null", root + op, None, MS_BIND)
+    for cover in covers:
+        _mount(libc, None, cover, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name, target in p.get("links", {}).items():
+        if not os.path.lexists(root + name):
+            os.makedirs(os.path.dirname(root + name), exist_ok=True)
+            os.symlink(target, root + name)
+    for c in p.get("copies", []):
+        os.makedirs(os.path.dirname(root + c["target"]), exist_ok=True)
+        with open(c["source"], "rb") as src, open(root + c["target"], "wb") as dst:
+            dst.write(src.read(1 << 20))
+    for dev in p.get("devs", []):
+        _bind(libc, dev, root + dev, True)
+    os.makedirs(root + "/dev/shm", exist_ok=True)
+    _mount(libc, "tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    os.makedirs(root + "/proc", exist_ok=True)
+    _mount(libc, "proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount(libc, None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(root)
+    # pivot_root(".", "."): the old root ends up stacked under the new one and is detached right away
+    _check(libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
+    _check(libc.umount2(b".", MNT_DETACH), "detach the old root")
+    os.chdir(p["workdir"] or "/")
+
+
+
+
+class PidsCgroup:
+    """A pids cgroup of its own per evaluation, where the caller may create one (root on cgroup v1; a delegated
+    cgroup v2 subtree): caps the evaluation's processes and threads even for the host's root, whom the kernel
+    exempts from RLIMIT_NPROC, and lists every descendant for the final kill, namespaces or not."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, limit: int) -> PidsCgroup | None:
+        base = _own_pids_cgroup()
+        if base is None:
+            return None
+        path = base / f"kforge-eval-{os.getpid()}-{os.urandom(6).hex()}"
+        try:
+            path.mkdir()
+        except OSError:
+            return None
+        group = cls(path)
+        try:
+            (path / "pids.max").write_text(str(limit))
+        except OSError:
+            group.remove()
+            return None
+        return group
+
+    @property
+    def procs(self) -> str:
+        """What the child writes its pid to, to join (before it runs anything else)."""
+        return str(self.path / "cgroup.procs")
+
+    def kill_all(self) -> None:
+        for _ in range(50):
+            try:
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                return
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            import time
+
+            time.sleep(0.02)
+
+    def remove(self) -> None:
+        self.kill_all()
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
+def _own_pids_cgroup() -> Path | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+            return base if os.access(base, os.W_OK) else None
+    for line in lines:  # cgroup v2: usable only where the pids controller is delegated to our subtree
+        if line.startswith("0::"):
+            base = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+            try:
+                ok = "pids" in (base / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                ok = False
+            return base if ok and os.access(base, os.W_OK) else None
+    return None
+
+
+def join_cgroup(procs: str | None) -> None:
+    """In the child, first thing: move into the evaluation's pids cgroup."""
+    if procs:
+        fd = os.open(procs, os.O_WRONLY)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+
+
+CAP_SETFCAP = 31
+
+
+def drop_privileges(keep: tuple[int, ...] = ()) -> None:
+    """In a child about to run candidate code (after fork, before exec; again after entering namespaces): no new
+    privileges (setuid programs do not elevate), an empty capability bounding set and no capabilities held now,
+    so after exec the child holds none at all. Without this a root child keeps CAP_SYS_PTRACE, which overrides the
+    caller's non-dumpable flag and lets it read the caller's /proc/<pid>/environ (the API key), and
+    CAP_DAC_OVERRIDE, which opens every file on the machine; and a child of any uid that has just created a user
+    namespace holds every capability inside it (it could remount its read-only project tree writable). The child
+    keeps its uid, so it still owns its private directory. `keep` (capability numbers below 32) stay, for the fork
+    server and a child about to enter namespaces only."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        for cap in range(64):  # PR_CAPBSET_DROP; EPERM without CAP_SETPCAP, EINVAL past the last one: harmless
+            if cap not in keep:
+                libc.prctl(24, cap, 0, 0, 0)
+        # and the capabilities held now (a fork-server child runs candidate code without an exec)
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        bits = sum(1 << c for c in keep) if os.geteuid() == 0 else 0
+        data = (ctypes.c_uint32 * 6)(bits, bits, 0, 0, 0, 0)  # effective, permitted, inheritable (low, high)
+        libc.capset(header, data)
+    except (OSError, AttributeError):
+        pass
