@@ -30,3 +30,16 @@ def test_honest_cpu_candidate_is_correct_with_one_openmp_thread(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     verdict = json.loads(out.stdout)
     assert verdict["status"] == "correct", verdict["reason"]
+
+
+def test_load_inline_include_check_leaves_out_the_toolchains_headers(tmp_path):
+    """nvcc's dependency list names every header it read; torch's and CUDA's are the toolchain's, a header
+    elsewhere (or the candidate's own directory) stays for the include check to judge."""
+    from kforge_core.eval.harness.inline_cache import _outside
+
+    trusted = tmp_path / "torch" / "include"
+    (trusted / "ATen").mkdir(parents=True)
+    (tmp_path / "build").mkdir()
+    entries = [str(trusted / "ATen" / "ATen.h"), "main.cpp", "/etc/passwd", str(tmp_path / "torch" / "includex.h")]
+    kept = _outside(entries, tmp_path / "build", (str(trusted),))
+    assert kept == ["main.cpp", "/etc/passwd", str(tmp_path / "torch" / "includex.h")]

@@ -408,15 +408,16 @@ _DISPATCH_LINE = re.compile(r"^(CPU|CUDA|MPS|Autograd(CPU|CUDA|MPS)?|CompositeIm
                             r"CompositeExplicitAutograd(NonFunctional)?)(\[alias\])?: ")
 
 
-# glibc's own signals 32 and 33 (SIGCANCEL, SIGSETXID: bits 31 and 32 of the masks). glibc installs their handlers
-# when the process first starts a thread, which an honest kernel's OpenMP pool may be the first to do (with
-# OMP_NUM_THREADS=1 torch starts none at import); no program can install its own handler for them.
-_GLIBC_SIGNALS = (1 << 31) | (1 << 32)
+# The signals whose handlers could run a candidate's work outside the timed call: those its own timers deliver
+# (SIGALRM, SIGVTALRM, SIGPROF, and the real-time signals timer_create may name), the user signals and SIGIO. Other
+# dispositions belong to the runtimes an honest kernel brings up on its first call (glibc's thread signals, Triton's
+# and the CUDA driver's set-up), and a handler nothing can trigger defers nothing.
+_WATCHED_SIGNALS = sum(1 << (n - 1) for n in (10, 12, 14, 26, 27, 29, *range(34, 65)))
 
 
 def native_state() -> dict[str, object]:
-    """Signal dispositions (caught and ignored masks, process-wide, less glibc's own), interval timers and POSIX
-    timers: cheap enough for every call."""
+    """Signal dispositions of the watched signals (caught and ignored masks, process-wide), interval timers and
+    POSIX timers: cheap enough for every call."""
     import signal
 
     snap: dict[str, object] = {}
@@ -424,7 +425,7 @@ def native_state() -> dict[str, object]:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
                 if line.startswith(("SigIgn:", "SigCgt:")):
-                    mask = int(line.split()[1], 16) & ~_GLIBC_SIGNALS
+                    mask = int(line.split()[1], 16) & _WATCHED_SIGNALS
                     snap[f"signal dispositions ({line[:6]})"] = f"{mask:016x}"
     except OSError:
         pass

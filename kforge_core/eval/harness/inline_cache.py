@@ -136,6 +136,15 @@ def _ninja_deps(build_dir: Path) -> list[str]:
     return [line.strip() for line in proc.stdout.splitlines() if line.startswith(" ") and line.strip()]
 
 
+def _outside(entries: list[str], base: Path, dirs: tuple[str, ...]) -> list[str]:
+    """The entries not under one of `dirs`: nvcc's dependency list (unlike g++'s -MMD) names every header it read,
+    torch's and CUDA's included, and those are the trusted toolchain's, not the candidate's."""
+    import os
+
+    roots = tuple(d.rstrip("/") + "/" for d in dirs if d)
+    return [e for e in entries if not os.path.realpath(base / e).startswith(roots)]
+
+
 @contextlib.contextmanager
 def _build_only():
     """torch's load_inline imports what it built, which runs the library's static initializers and module init
@@ -176,8 +185,8 @@ def build_extension(directory: Path, *, module_name: str, kwargs: dict, toolchai
         summary, log = _map_build_error(text, directory, [cpp, cuda])
         first = summary or (text.strip().splitlines() or ["unknown error"])[0][:300]
         raise CompileError(f"load_inline build of {name or module_name!r} failed: {first}", log=log) from None
-    native.vet_includes("load_inline", _ninja_deps(directory), {directory / "main.cpp", directory / "cuda.cu"},
-                        directory)
+    native.vet_includes("load_inline", _outside(_ninja_deps(directory), directory, _trusted_header_dirs()),
+                        {directory / "main.cpp", directory / "cuda.cu"}, directory)
     native.vet_objects("load_inline", sorted(directory.glob("*.o")), "load_inline_cuda" if cuda else "load_inline")
 
 
