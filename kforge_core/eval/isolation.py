@@ -113,8 +113,10 @@ def _probe() -> tuple[bool, str]:
     def attempt() -> bytes:
         probe_dir = Path(tempfile.gettempdir()) / f".kforge-isolation-probe-{os.getpid()}"
         try:
-            enter({"root": str(probe_dir), "binds": [], "hide": [], "workdir": None, "nproc": 64, "fsize_mb": 16},
-                  relay=False)
+            # the mounts a real evaluation makes, not an empty root: a kernel may allow the namespaces and refuse
+            # the binds (gVisor on the lent GPU machines: "mount /usr ... Invalid argument")
+            full = plan(None, readonly=[], writable=[], hide=[], nproc=64, fsize_mb=16)
+            enter({**full, "root": str(probe_dir)}, relay=False)
             return b"ok"
         except OSError as e:
             return str(e).encode()[:500]

@@ -409,10 +409,11 @@ _DISPATCH_LINE = re.compile(r"^(CPU|CUDA|MPS|Autograd(CPU|CUDA|MPS)?|CompositeIm
 
 
 # The signals whose handlers could run a candidate's work outside the timed call: those its own timers deliver
-# (SIGALRM, SIGVTALRM, SIGPROF, and the real-time signals timer_create may name), the user signals and SIGIO. Other
-# dispositions belong to the runtimes an honest kernel brings up on its first call (glibc's thread signals, Triton's
-# and the CUDA driver's set-up), and a handler nothing can trigger defers nothing.
-_WATCHED_SIGNALS = sum(1 << (n - 1) for n in (10, 12, 14, 26, 27, 29, *range(34, 65)))
+# (SIGALRM, SIGVTALRM, SIGPROF, and the real-time signals timer_create may name) and SIGIO. Other dispositions
+# belong to the runtimes an honest kernel brings up on its first call: glibc's thread signals, and LLVM's crash
+# handlers that Triton's first compile installs (SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGXCPU, SIGXFSZ, SIGSYS,
+# seen on an H100); a handler nothing can trigger defers nothing.
+_WATCHED_SIGNALS = sum(1 << (n - 1) for n in (14, 26, 27, 29, *range(34, 65)))
 
 
 def native_state() -> dict[str, object]:
