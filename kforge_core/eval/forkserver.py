@@ -36,6 +36,8 @@ def enabled() -> bool:
 class ForkServer:
     def __init__(self, env: dict[str, str]):
         from .isolation import status
+        # import circle (justified): sandbox starts this server, and the server gives its children sandbox's own
+        # limits and start-up, so spawned and forked children are set up by one piece of code
         from .sandbox import limits, popen_lasting, python_command
 
         self.dir = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))

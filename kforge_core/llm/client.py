@@ -314,6 +314,8 @@ class LLMClient:
 
     def check_endpoint(self, *, timeout_s: float = 20.0, test_call: bool = True) -> EndpointCheck:
         """See `kforge_core.llm.endpoint.check_endpoint`."""
+        # import circle (justified): the endpoint check makes its test call through a client; this method is the
+        # client's convenience way in to it
         from .endpoint import check_endpoint
 
         return check_endpoint(self, timeout_s=timeout_s, test_call=test_call)

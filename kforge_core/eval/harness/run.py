@@ -141,6 +141,8 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
     problem_info = {"inputs": [describe(x) for x in flatten(inputs0)],
                     "outputs": [describe(x) for x in flatten(outputs0)], "warnings": ref_warnings}
     if request.get("mode") == "head_to_head":
+        # import circle (justified): the head-to-head contest is one mode of a run, and reuses the run's guard and
+        # seeding helpers rather than copying them
         from .contest import run_contest
 
         return run_contest(request, workdir, platform, timer, state, ref_model, init, make_inputs)
