@@ -58,6 +58,7 @@ class RunState:
     last_event: dict | None = None
     tokens_prompt: int = 0
     tokens_completion: int = 0
+    cost: float | None = None  # the calls' own costs, each at its agent's price when it was made; None: none priced
     # [start ts, end ts or None] per working session (created / each resume, until finished or interrupted): the
     # run's wall time leaves out the idle time between a cancel and a resume
     sessions: list[list] = field(default_factory=list)
@@ -253,6 +254,8 @@ def _usage(state: RunState, event: dict, it: IterationState | None) -> None:
     data = event["data"]
     state.tokens_prompt = data.get("tokens_prompt", state.tokens_prompt)
     state.tokens_completion = data.get("tokens_completion", state.tokens_completion)
+    if isinstance(data.get("cost"), (int, float)):
+        state.cost = (state.cost or 0.0) + float(data["cost"])
 
 
 @folds(EventKind.RUN_FINISHED)

@@ -298,7 +298,9 @@ def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
     done = sum(1 for it in state.iterations.values() if it.finished)
     prompt_tokens = run.get("tokens_prompt") or state.tokens_prompt
     completion_tokens = run.get("tokens_completion") or state.tokens_completion
-    cost = fmt_cost(prompt_tokens, completion_tokens, *services.prices())
+    # each call's recorded cost (per agent, at its price then) where the loop priced them; else today's prices
+    cost = (f"{state.cost:.4f}" if state.cost < 1 else f"{state.cost:.2f}") if state.cost is not None else \
+        fmt_cost(prompt_tokens, completion_tokens, *services.prices())
     best_it = run.get("best_iteration")
     cols = st.columns(6)
     cols[0].metric("Best vs eager", fmt_x(run.get("best_speedup_vs_eager")),

@@ -194,3 +194,18 @@ def test_activity_folds_iterations_that_ended_the_same_way():
     assert [(e["data"]["index"], e["data"].get("first_index"), e["data"].get("repeats")) for e in out] == [
         (0, None, None), (1, None, None), (4, 2, 3), (5, None, None)]  # correct ones are never folded
     assert feed[2]["data"] == {"index": 2, "status": "no_program", "reason": "same"}  # the state is not changed
+
+
+def test_run_cost_sums_each_calls_own_price():
+    """A run whose analysis model is priced apart: the total is the sum of the calls' recorded costs, not all tokens
+    at the generation price."""
+    from app.run_state import RunState, apply
+
+    state = RunState(run_id="r")
+    events = [{"seq": 1, "kind": "usage", "data": {"tokens_prompt": 1000, "tokens_completion": 100, "cost": 0.5}},
+              {"seq": 2, "kind": "usage", "data": {"tokens_prompt": 3000, "tokens_completion": 300, "cost": 0.25}}]
+    apply(state, events)
+    assert state.cost == 0.75 and state.tokens_prompt == 3000
+    unpriced = RunState(run_id="u")
+    apply(unpriced, [{"seq": 1, "kind": "usage", "data": {"tokens_prompt": 10, "tokens_completion": 1}}])
+    assert unpriced.cost is None
