@@ -104,7 +104,7 @@ def page(browser, app_server):
     # Tall: Streamlit scrolls inside its own container, so a full-page screenshot is one viewport.
     context = browser.new_context(viewport={"width": 1440, "height": 1800})
     page = context.new_page()
-    page.set_default_timeout(60_000)
+    page.set_default_timeout(120_000)  # a loaded 2-core CI box redraws slowly
     # What the page did wrong, for the assertions and written next to the screenshots (a script error in the
     # browser shows up only here: the page may just go blank):
     # - kf_errors: uncaught script errors and renderer crashes;
