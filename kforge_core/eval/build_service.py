@@ -102,6 +102,17 @@ class BuildService:
             raise CompileError("no time left in the evaluation for this build")
         outcome = run_child({"mode": "build", "platform": platform, "args": args}, {}, timeout_s=remaining,
                             collect=collect, **self._opts)
+        try:
+            return self._checked(outcome, published)
+        except (CompileError, _Rejected):
+            # what a failed build left in its output (the source, a dependency file) is not a build: a later
+            # evaluation of the same source must build again and fail the same way, not load a missing library
+            if published:
+                build_cache.forget(platform, key)
+            raise
+
+    @staticmethod
+    def _checked(outcome, published: list[Path]) -> Path:
         r = outcome.result
         if outcome.timed_out:
             raise CompileError("the build did not finish within the evaluation's time limit")
