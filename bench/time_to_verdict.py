@@ -1,8 +1,9 @@
 """Time to verdict: the full `evaluate` (all seeds, timing, eager + torch.compile baselines) for
 (a) a ctypes C++ candidate, (b) the same kernel as a cold `load_inline` build, (c) a cached `load_inline` rebuild,
-and (a0) the ctypes candidate the way every evaluation ran before the run's torch.compile baseline was shared
-(`KFORGE_SHARED_BASELINE=0`: each child compiles its own baseline, inductor's caches warm): before and after,
-side by side in one run, their runs interleaved so that the machine's load hits both alike.
+(a0) the ctypes candidate the way every evaluation ran before the run's torch.compile baseline was shared
+(`KFORGE_SHARED_BASELINE=0`: each child compiles its own baseline, inductor's caches warm), and (a1) the ctypes
+candidate judged in its own process as before the judge split (`KFORGE_JUDGE=0`, docs/EVALUATOR.md): before and
+after, side by side in one run, their runs interleaved so that the machine's load hits both alike.
 
     python bench/time_to_verdict.py --target cpu [--runs 5] [--cli]
 
@@ -35,8 +36,9 @@ from kforge_core.problem import load_problem  # noqa: E402
 
 
 def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool,
-              shared: bool = True) -> tuple[float, dict]:
+              shared: bool = True, judge: bool = True) -> tuple[float, dict]:
     os.environ["KFORGE_SHARED_BASELINE"] = "1" if shared else "0"  # read at each evaluation (and by the CLI)
+    os.environ["KFORGE_JUDGE"] = "1" if judge else "0"
     start = time.perf_counter()
     if use_cli:
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
@@ -82,15 +84,17 @@ def main() -> int:
     _evaluate(example.problem, cached_src, args.target, args.cli)
 
     variants = {
-        "(a0) ctypes, torch.compile in every child (before)": (lambda: ctypes_src, False),
-        "(a) ctypes C++ candidate": (lambda: ctypes_src, True),
-        "(b) load_inline, cold build": (lambda: with_token(f"cold {uuid.uuid4().hex}"), True),
-        "(c) load_inline, cached build": (lambda: cached_src, True),
+        "(a0) ctypes, torch.compile in every child (before)": (lambda: ctypes_src, False, True),
+        "(a1) ctypes, judged in the candidate's own process (KFORGE_JUDGE=0, before the judge)":
+            (lambda: ctypes_src, True, False),
+        "(a) ctypes C++ candidate": (lambda: ctypes_src, True, True),
+        "(b) load_inline, cold build": (lambda: with_token(f"cold {uuid.uuid4().hex}"), True, True),
+        "(c) load_inline, cached build": (lambda: cached_src, True, True),
     }
     rows = {name: ([], [], set(), []) for name in variants}
     for _ in range(args.runs):  # round-robin: every variant sees the same stretch of machine load
-        for name, (make, shared) in variants.items():
-            wall, result = _evaluate(example.problem, make(), args.target, args.cli, shared)
+        for name, (make, shared, judge) in variants.items():
+            wall, result = _evaluate(example.problem, make(), args.target, args.cli, shared, judge)
             walls, builds, statuses, timings = rows[name]
             walls.append(wall)
             builds.append(result.get("build_s") or 0.0)
@@ -111,8 +115,10 @@ def main() -> int:
         print(f"| {name} | {med:.2f} | {min(walls):.2f} | {max(walls):.2f} | {statistics.median(builds):.3f} | "
               f"{med / base:.1f}x | {', '.join(sorted(statuses))} |")
     before = statistics.median(rows["(a0) ctypes, torch.compile in every child (before)"][0])
+    alone = statistics.median(rows["(a1) ctypes, judged in the candidate's own process (KFORGE_JUDGE=0, before the "
+                                   "judge)"][0])
     print(f"\n(b)/(a) = {cold / base:.1f}x  (goal: (a) <= 2 s and >= 10x faster than (b)); "
-          f"before/after (a0)/(a) = {before / base:.1f}x")
+          f"before/after (a0)/(a) = {before / base:.1f}x; the judge's cost (a)/(a1) = {base / alone:.2f}x")
     print("\nThe timings inside those verdicts (median, min-max, trials; the last run of each variant):")
     for name, (_, _, _, results) in rows.items():
         r = results[-1]

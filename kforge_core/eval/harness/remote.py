@@ -15,6 +15,7 @@ below what the judge measured around the call (less the channel's own round trip
 
 from __future__ import annotations
 
+import os
 import socket
 import statistics
 import time
@@ -24,10 +25,10 @@ import torch
 from . import context, launches, shared
 from .guards import GuardViolation
 
-# A timed call's reported duration must be at least this share of what the judge measured around it (less the
-# channel's round trip), in the median over the timed calls, less REPORT_SLACK_MS: generous, since the candidate's
-# process may be descheduled between receiving a request and starting its clock; a forged report is off by orders
-# of magnitude.
+# The median reported duration must be at least this share of the judge's fastest bracket around a timed call
+# (less the channel's round trip), less REPORT_SLACK_MS. The fastest bracket, because a bracket only ever grows with
+# noise (the candidate's process or the judge woken late on a busy machine); generous, because the candidate's
+# process may be descheduled between receiving a request and starting its clock; a forged report is off by more.
 REPORT_MIN_SHARE = 0.5
 REPORT_SLACK_MS = 0.1
 
@@ -65,9 +66,7 @@ class RemoteCandidate:
         except shared.ProtocolError as e:
             raise RemoteFailure("rejected", f"the candidate's process broke the evaluation protocol: {e} "
                                             f"[rule no-patching]") from None
-        for fd in extra:
-            import os
-
+        for fd in extra:  # nothing the candidate's process sends carries a descriptor the judge wants
             os.close(fd)
         if reply.get("violation"):
             raise GuardViolation(str(reply["violation"])[:2000])
@@ -194,21 +193,28 @@ class RemoteCandidate:
         fetched = self._ask({"op": "fetch", "out_offset": out_offset})
         return float(ms), self._take(fetched, layout, tuple(inputs))
 
-    def timing_check(self) -> dict:
-        """The cross-check of the reported durations against the judge's brackets; raises RemoteFailure when the
-        reports are far below them."""
+    def timing_check(self, strict: bool) -> tuple[dict, str]:
+        """The cross-check of the reported durations against the judge's brackets: (a check for the verdict, a
+        warning or ""). Reports far below the brackets raise RemoteFailure when `strict` (accelerators: an idle
+        device, a quiet host), and are a warning otherwise (a shared CPU box wakes processes late by milliseconds,
+        so there a bracket says little about a sub-millisecond call)."""
         if not self.timed:
-            return {"name": "judge's clock", "passed": True, "detail": "no timed call"}
+            return {"name": "judge's clock", "passed": True, "detail": "no timed call"}, ""
         reported = statistics.median(ms for ms, _ in self.timed)
-        wall = statistics.median(w for _, w in self.timed)
+        fastest = min(w for _, w in self.timed)
         trip = self.round_trip_ms or 0.0
-        floor = REPORT_MIN_SHARE * (wall - trip) - REPORT_SLACK_MS
-        detail = (f"median timed call {reported:.4g} ms as the candidate's process measured it, {wall:.4g} ms as the "
-                  f"judge measured around it (channel round trip {trip:.3g} ms)")
-        if reported < floor:
+        floor = REPORT_MIN_SHARE * (fastest - trip) - REPORT_SLACK_MS
+        detail = (f"median timed call {reported:.4g} ms as the candidate's process measured it; the judge's "
+                  f"fastest bracket around one {fastest:.4g} ms, channel round trip {trip:.3g} ms; every report "
+                  f"within its bracket")
+        if reported >= floor:
+            return {"name": "judge's clock", "passed": True, "detail": detail}, ""
+        if strict:
             raise RemoteFailure("rejected", f"timed calls reported far below the judge's own clock: {detail} "
                                             f"[rule no-patching]")
-        return {"name": "judge's clock", "passed": True, "detail": detail}
+        return ({"name": "judge's clock", "passed": True, "detail": detail},
+                f"the judge could not confirm the reported times ({detail}): on a busy machine the judge's brackets "
+                f"are loose; were the reports forged, they would look like this too")
 
 
 def _flat_tensors(out) -> list[torch.Tensor]:

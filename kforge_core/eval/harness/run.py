@@ -186,9 +186,13 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
             "target": platform.name}
     cand_path = workdir / "candidate.py"
     source = cand_path.read_text()
+    if guards.disarmed():
+        base["warnings"].append(f"static rules and guards disarmed ({guards.DISARM_VARIABLE}=1): a test of the "
+                                f"judge, not a verdict to keep")
     try:
-        violations = check_candidate(source, platform.module_name, platform.candidate_api,
-                                     allow_inline_asm=getattr(platform, "allows_inline_asm", False))
+        violations = [] if guards.disarmed() else \
+            check_candidate(source, platform.module_name, platform.candidate_api,
+                            allow_inline_asm=getattr(platform, "allows_inline_asm", False))
     except SyntaxError as e:
         return _verdict("compile_error", f"candidate line {e.lineno}: Python syntax error: {e.msg}", **base)
     if violations:
@@ -342,6 +346,8 @@ def _copy_matching_weights(ref_model, new_model) -> None:
 
 
 def _guard_findings(state: dict, identities: bool = True, registrations: bool | None = None) -> str:
+    if guards.disarmed():
+        return ""
     if guards.violations:
         v = guards.violations[0]
         return v if "[rule " in v else f"{v} [rule no-threads / sandbox]"
@@ -443,7 +449,9 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     if found:
         raise guards.GuardViolation(found)
     if hasattr(side, "timing_check"):
-        out["checks"] = [side.timing_check()]
+        check, warning = side.timing_check(strict=platform.device_type != "cpu")
+        out["checks"] = [check]
+        out["warnings"] += [warning] if warning else []
     if platform.synchronous_kernels and candidate_calls[0]:
         # kernel time per candidate call (warm-ups and timed calls) against the median timed call
         per_call_ns = (launches.kernel_ns() - kernel_before) / candidate_calls[0]

@@ -89,7 +89,9 @@ class Arena:
 
 _DTYPES = {str(d): d for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
                                 torch.complex128, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
-                                torch.bool)}
+                                torch.bool, *(getattr(torch, name) for name in (
+                                    "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64")
+                                    if isinstance(getattr(torch, name, None), torch.dtype)))}
 
 
 def _dtype(name) -> torch.dtype:

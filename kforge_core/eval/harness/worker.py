@@ -100,7 +100,6 @@ class _Worker:
             _, init, ref_model, _ = _load_reference(self.request, self.workdir, self.platform)
         except ProblemFailure as e:
             return {"status": "runtime_error", "reason": f"the candidate's process could not load the problem: {e}"}
-        self.ref_model = ref_model
         context.set_candidate(Path(self.cand_path))
         model, loaded = load_candidate(Path(self.cand_path), self.platform, self.state, init, ref_model)
         if model is None:
