@@ -230,8 +230,8 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
         raise
     except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
         return _verdict("runtime_error", _describe_exception("ModelNew.forward", e, str(cand_path)), **base)
-    if remote is not None:  # what the candidate's forward dispatched was recorded in its own process
-        res.aten_ops = remote.aten_ops
+    if remote is not None:  # what the candidate's forward dispatched and took was measured in its own process
+        res.aten_ops, res.forward_ns = remote.aten_ops, remote.forward_ns
     base.update(checks=res.checks, max_abs_error=res.max_abs_error, max_rel_error=res.max_rel_error,
                 kernel_launches=res.launches, kernel_launch_calls=res.launch_calls)
     base["warnings"].extend(res.warnings)
