@@ -44,6 +44,21 @@ class _Worker:
         self.timer = self.platform.make_timer()  # binds the clock now, before any problem or candidate code exists
         self.state = guards.snapshot_state(registrations=False)
         guards.install()
+        # The problem, and one call of its reference under the op recorder, before the judge asks for anything
+        # (while it runs its own reference checks): the lazy imports a first forward pays (the dispatch-mode
+        # machinery, sympy, ...) are paid here, as the one-process harness pays them in its reference checks, not
+        # inside the candidate's first call and its time limit (seconds in a spawned child on a busy box).
+        try:
+            _, self.init, self.ref_model, make_inputs = _load_reference(self.request, self.workdir, self.platform)
+            inputs = make_inputs(0)
+            with torch.no_grad():
+                guards.record_ops(lambda: self.ref_model(*inputs), set())
+            self.platform.synchronize()
+            self.problem_error = None
+        except ProblemFailure as e:
+            self.problem_error = str(e)
+        except Exception as e:  # noqa: BLE001 - the judge runs the same reference and reports its failure itself
+            self.problem_error = f"the reference Model raised {type(e).__name__}: {str(e)[:300]}"
 
     def serve(self) -> None:
         while True:
@@ -96,12 +111,12 @@ class _Worker:
     # ---------------------------------------------------------------- ops
 
     def op_load(self, msg: dict) -> dict:
-        try:
-            _, init, ref_model, _ = _load_reference(self.request, self.workdir, self.platform)
-        except ProblemFailure as e:
-            return {"status": "runtime_error", "reason": f"the candidate's process could not load the problem: {e}"}
+        if self.problem_error is not None:
+            return {"status": "runtime_error",
+                    "reason": f"the candidate's process could not load the problem: {self.problem_error}"}
         context.set_candidate(Path(self.cand_path))
-        model, loaded = load_candidate(Path(self.cand_path), self.platform, self.state, init, ref_model)
+        model, loaded = load_candidate(Path(self.cand_path), self.platform, self.state, self.init, self.ref_model)
+        self.ref_model = None  # its weights are copied; the reference is the judge's
         if model is None:
             return loaded
         self.model = model
