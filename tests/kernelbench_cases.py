@@ -27,8 +27,9 @@ CASES = {
     "anydim": problem(forward="return (torch.sum(x, dim=1, keepdim=True), x.mean(0), torch.max(x, dim=1)[0], "
                               "torch.amin(x, dim=(0, 2)), x.sum(dim=(0, 2), keepdim=True), torch.min(x, 2)[0])",
                       inputs="[torch.randn(4, 33, 17)]"),
-    # softmax over the channels of an NCHW tensor (KernelBench level 2's conv + softmax(dim=1)), then more work
-    "softmax_dim1": problem(forward="return torch.sigmoid(torch.softmax(x, dim=1) * 3.0) + torch.log_softmax(x, 2)",
+    # softmax / logsumexp over the channels of an NCHW tensor (KernelBench level 2's conv + softmax(dim=1))
+    "softmax_dim1": problem(forward="return (torch.sigmoid(torch.softmax(x, dim=1) * 3.0) + torch.log_softmax(x, 2), "
+                                    "torch.logsumexp(x, dim=1, keepdim=True) * 2.0, torch.logsumexp(x, 0))",
                             inputs="[torch.randn(2, 7, 5, 6)]"),
     # InstanceNorm2d without affine parameters (KernelBench's default): a layer norm over each channel's plane
     "instance_norm": problem(forward="return torch.relu(self.inorm(x)) * 2.0", inputs="[torch.randn(2, 5, 9, 11)]",

@@ -15,6 +15,9 @@ from .args import Arg
 from .ir import FLOAT, Prim, Py, Unsupported, Value, contig_strides
 from .row_templates import ROW_TEMPLATES, RowOp
 
+# composite row operators over one dim that may be any dim (the row kernel reads a view with it moved last)
+MOVABLE = ("softmax", "log_softmax", "logsumexp")
+
 
 class RowOpLowering:
     """Mixed into `Lowerer`: uses its `values`, `items`, `counted`, `labels`, `names`, `syn` and `tensor_operand`."""
@@ -176,14 +179,18 @@ class RowOpLowering:
         if template is None:
             raise Unsupported(f"no kernel template for {cname}")
         inner = name
-        dim = Arg.const(b.get("dim")) if cname in ("softmax", "log_softmax") and b.get("dim") is not None else None
+        dim = Arg.const(b.get("dim")) if cname in MOVABLE and b.get("dim") is not None else None
+        if isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
         if isinstance(dim, int) and xv.shape and dim % len(xv.shape) != len(xv.shape) - 1 and \
                 b.get("dtype") is None:
-            # softmax over another dim: the row kernel works on a view with that dim last, its result is moved back
-            # (a strided view: what reads it next takes it as it is or through one copy)
+            # softmax / logsumexp over another dim: the row kernel works on a view with that dim last, its result
+            # is moved back (a strided view: what reads it next takes it as it is or through one copy)
             x, xv = self._to_trailing(x, xv, [dim % len(xv.shape)], name)
-            inner = self._tmp(f"{name}_moved_out", xv.shape)
             b = dict(b, dim=-1)
+            keep = cname != "logsumexp" or bool(Arg.const(b.get("keepdim", False)))
+            if keep:
+                inner = self._tmp(f"{name}_moved_out", xv.shape if cname != "logsumexp" else xv.shape[:-1] + (1,))
         r = RowOp(self, inner, cname, xv.shape)
         if template(r, b, x, self.values[inner]):
             return  # it added its items itself
