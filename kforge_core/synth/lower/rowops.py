@@ -15,6 +15,9 @@ from .args import Arg
 from .ir import FLOAT, Prim, Py, Unsupported, Value, contig_strides
 from .row_templates import ROW_TEMPLATES, RowOp
 
+# the start of a lowering note the generation agent passes on to the user (a candidate likely slower than eager)
+SLOW_NOTE = "likely slower than eager"
+
 # composite row operators over one dim that may be any dim (the row kernel reads a view with it moved last)
 MOVABLE = ("softmax", "log_softmax", "logsumexp")
 
@@ -74,6 +77,10 @@ class RowOpLowering:
             return x, xv
         shape = tuple(xv.shape[d] for d in perm)
         strides = tuple(xv.strides[d] for d in perm) if xv.strides else None
+        note = (f"{SLOW_NOTE}: {self.labels.get(origin) or 'a reduction'} over dim(s) {dims} reads its input "
+                f"through a transposing copy (the row kernels reduce trailing dims), likely slower than PyTorch's own")
+        if note not in self.notes:
+            self.notes.append(note)
         t = self.syn(f"{origin}_moved")
         self.values[t] = Value("t", shape, xv.dtype, strides, False)
         self.items.append(Py(t, f"{self.names[x[1]]}.permute({', '.join(map(str, perm))})", [x[1]], self.values[t],
