@@ -21,6 +21,7 @@ from ..platform import TargetSpec, get_platform
 from ..synth.backends import select_backend
 from ..synth.plan.fusion import build_plan
 from ..synth.lower.graph import CannotEmit, lower
+from ..synth.lower.rowops import SLOW_NOTE
 from ..synth.plan.plans import ProgramPlan
 from ..synth.schedule import LABEL, MOVE_TITLES, Schedule, marker_line, order_for, read_marker
 from ..synth.trace import TraceFailed, trace_problem
@@ -207,7 +208,7 @@ class BuiltinGenerationAgent:
             notes += f"; move {move!r}: {MOVE_TEXT[move]}"
             reply.insert(0, f"Applied move `{move}` ({MOVE_TITLES[move]}): {MOVE_TEXT[move]}.")
         for n in low.notes:
-            if n.startswith("traced with torch.export") or "size class" in n:
+            if n.startswith("traced with torch.export") or "size class" in n or n.startswith(SLOW_NOTE):
                 notes += f"; {n}"
         return GenerationResult(program=program, reply_text="\n".join(reply), notes=notes)
 
