@@ -77,9 +77,11 @@ def _coverage(store, run_id: str, best_iteration: int | None) -> str:
 
 
 def _last_judged(iterations: list[dict]) -> dict | None:
-    """The last iteration that ended with a verdict or a refusal (not one cut short by a cancel or an endpoint)."""
+    """The last iteration the evaluator judged (its verdict says what went wrong; a refusal that followed it, such
+    as the built-in's "no other variant", only repeats it); with none, the last one that ended at all."""
     finished = [it for it in iterations if it.get("status") and it["status"] != "cancelled"]
-    return finished[-1] if finished else None
+    judged = [it for it in finished if it.get("verdict")]
+    return (judged or finished or [None])[-1]
 
 
 def run_record(store, run_id: str, problem: SuiteProblem, start: float, **where) -> dict:
