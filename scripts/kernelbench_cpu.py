@@ -12,8 +12,9 @@ the same text -- except the integer sizes assigned at module level (`batch_size 
   between them and the sizes stay valid (halving keeps a size divisible by the small powers of two that group
   counts and strides divide);
 * the largest size (with every size equal to it: files rely on such equalities, e.g. a LayerNorm over the
-  channel count applied to the last spatial dimension) is halved (never below 4) until the forward pass, run on the `meta` device, touches at most
-  ELEMENTS tensor elements (inputs, parameters, outputs) and counts at most FLOPS floating-point operations;
+  channel count applied to the last spatial dimension) is halved (never below 4) until the forward pass, run on
+  the `meta` device, touches at most ELEMENTS tensor elements (inputs, parameters, outputs) and counts at most
+  FLOPS floating-point operations;
 * the copy is then run for real on the CPU (one thread): it must build, run and take at most `--max-ms`; when it
   fails at the smallest budget (a size that a hard-coded number in `forward` depends on), the budgets are
   relaxed 4x and 16x, then every size is halved together (keeping all their ratios, for a relation between

@@ -10,7 +10,7 @@ from pathlib import Path
 from .charts import fast_p_figure, speedup_figure
 from .metrics import P_VALUES, counts_text, mixed_devices_note, partial_text, summarize
 
-CSV_FIELDS = ("problem", "level", "kind", "outcome", "status", "correct", "last_status", "reason", "coverage",
+CSV_FIELDS = ("problem", "level", "status", "correct", "outcome", "kind", "last_status", "reason", "coverage",
               "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager",
               "speedup_vs_compiled", "custom_share", "below_custom_share", "iterations", "run_id", "node", "device",
               "wall_s", "error")

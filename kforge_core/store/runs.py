@@ -222,8 +222,8 @@ class RunsMixin(IterationsMixin):
                                "heartbeat_at": utc_now()})
 
     def finish_run(self, run_id: str, status: str, error: str | None = None, stop_reason: str = "") -> int:
-        """End the run as succeeded / failed / unsupported / cancelled; appends `run_finished` (with the loop's `stop_reason`,
-        why it stopped, in words) and returns its seq.
+        """End the run as succeeded / failed / unsupported / cancelled; appends `run_finished` (with the loop's
+        `stop_reason`, why it stopped, in words) and returns its seq.
 
         Allowed from `interrupted` too: a worker wrongly presumed dead (e.g. a suspended laptop) keeps its result.
         """
