@@ -36,7 +36,12 @@ TRACE_MODULE = "kforge_core.synth.trace"
 
 
 class TraceFailed(Exception):
-    """The problem could not be traced; the message says why, for the user."""
+    """The problem could not be traced; the message says why, for the user. `untraceable`: neither torch.fx nor
+    torch.export can read the module (a limit of the tracer, not a failure of the run: the child ran fine)."""
+
+    def __init__(self, message: str, *, untraceable: bool = False):
+        super().__init__(message)
+        self.untraceable = untraceable
 
 
 # ------------------------------------------------------------------------------------------------ parent side
@@ -57,7 +62,8 @@ def trace_problem(source: str, size_class: str | None = None, *, timeout_s: floa
         raise TraceFailed(f"the tracing process died ({why}) before describing the graph"
                           + (f": {tail}" if tail else ""))
     if not result.get("ok"):
-        raise TraceFailed(result.get("error") or "tracing failed for an unknown reason")
+        raise TraceFailed(result.get("error") or "tracing failed for an unknown reason",
+                          untraceable=bool(result.get("untraceable")))
     return result
 
 
@@ -391,7 +397,7 @@ def trace(request: dict, workdir: Path) -> dict:
         except TraceFailed as e:
             attempts.append(str(e))
             if device is None:
-                return {"ok": False, "error": str(e)}
+                return {"ok": False, "error": str(e), "untraceable": True}
         except Exception as e:  # noqa: BLE001 - building the model or inputs failed on this device
             attempts.append(f"{'meta device' if device else 'cpu'}: {type(e).__name__}: {e}")
             if device is None:
