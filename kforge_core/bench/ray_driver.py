@@ -1,5 +1,6 @@
 """The Ray executor: each problem of a bench is a Ray task placed on a node with a free device of the target's
-kind (cluster.task_resources); this process, the driver, alone writes the run store.
+kind (cluster.task_resources); this process, the driver, alone writes the run store. With best-of-k (k > 1) the
+problem's task holds no device and each candidate's evaluation is a task of its own (ray_candidates.py).
 
 Tasks send their loop events to a mailbox actor on the driver's node (ray_task.py); the driver drains it every
 POLL_S and writes the events through the same StoreRecorder a local run uses, so the live run view and the bench
@@ -28,6 +29,9 @@ POLL_S = 0.2
 HEARTBEAT_S = 5.0
 CANCEL_POLL_S = 0.5
 MAX_RETRIES = 2  # runs of a task after its node or worker process died
+# Best-of-k: a problem's task only runs the loop (generation, the agents) and waits for its candidates' tasks, so it
+# holds no device (ray_candidates.py says why); Ray lends its CPU to other tasks while it waits in ray.get.
+COORDINATOR_RESOURCES = {"num_cpus": 1}
 # The code the workers run is the driver's own (shipped as the job's working directory), so every node runs the
 # same KForge; these are left behind.
 SHIP_EXCLUDES = ["**/__pycache__", "*.pyc", "tests", "bench/out*", "test-artifacts", ".venv", "build"]
@@ -101,12 +105,16 @@ class RayExecutor:
         connect(self.address, ship_code=self.ship_code)
         try:
             _check_resources(ray, options, cfg.target)
-            self._run(ray, problems, cfg, on_record, options)
+            if cfg.best_of_k > 1:  # the problem's task coordinates; each candidate's evaluation takes a device
+                candidates = {"resources": options, "max_retries": self.max_retries}
+                self._run(ray, problems, cfg, on_record, COORDINATOR_RESOURCES, candidates)
+            else:
+                self._run(ray, problems, cfg, on_record, options)
         finally:
             ray.shutdown()
 
     # ------------------------------------------------------------------------------------------ the loop
-    def _run(self, ray, problems, cfg, on_record, options) -> None:
+    def _run(self, ray, problems, cfg, on_record, options, candidates: dict | None = None) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from ..store import open_store
@@ -128,7 +136,7 @@ class RayExecutor:
                     on_record(error_record(p, str(e), start))
                     continue
                 item = _Problem(p, config, start)
-                item.ref = task.remote(p.name, config, mailbox)
+                item.ref = task.remote(p.name, config, mailbox, candidates)
                 pending[item.ref] = by_key[p.name] = item
             try:
                 last_cancel_poll = 0.0
