@@ -6,9 +6,10 @@ device (ray_driver.coordinator_resources): it generates the step's K programs, s
 iteration order and keeps the best, as on one machine (loop/streaming.EvaluationAhead). The end-of-run
 head-to-head re-timing of the best candidates is one task too, so the final best is timed on one device.
 
-A coordinator never holds a device while it waits for its candidates' devices, so no set of problems can hold
-every device and wait for one more (a deadlock). Ray releases the CPU of a task blocked in `ray.get`, so a
-coordinator's CPU is free for evaluations while it waits.
+A coordinator holds no resource while it waits for its candidates' devices, so no set of problems can hold every
+device (or, on a CPU cluster, every core) and wait for one more: a deadlock. The loop waits for its candidates in
+threads, and Ray lends a task's CPU to others only while the task's main thread waits, so even a CPU would stay
+held; the driver bounds the coordinators out at once instead (ray_driver.COORDINATOR_RESOURCES).
 
 Each task builds its own evaluation (sandbox, caches, ceilings of its node) and stops the run's warm baseline
 server when it ends: the next candidate may land on another node, and a Ray worker process outlives the task.
