@@ -198,7 +198,8 @@ def test_best_of_k_evaluates_each_candidate_as_a_ray_task(cluster, tmp_path):
             assert [it["index"] for it in iterations] == [0, 1]  # k = 2 candidates in the one step
             placed = [e["data"] for e in store.events(b["run_id"])
                       if e["kind"] == "eval_stage" and e["data"]["stage"].startswith("evaluated on ")]
-            assert sorted(d["iteration"] for d in placed) == [0, 1], placed  # one task per candidate
+            # a task per evaluation: each candidate's, and a second one where its timings were noisy (re-timed)
+            assert {d["iteration"] for d in placed} == {0, 1}, placed
             assert all(d["node_id"] in worker_nodes for d in placed), placed
     _assert_store_consistent(cfg.db_path)
 
