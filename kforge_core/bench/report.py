@@ -11,8 +11,8 @@ from .charts import fast_p_figure, speedup_figure
 from .metrics import P_VALUES, mixed_devices_note, summarize
 
 CSV_FIELDS = ("problem", "level", "status", "correct", "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager",
-              "speedup_vs_compiled", "custom_share", "below_custom_share", "iterations", "run_id", "node", "device",
-              "wall_s", "error")
+              "speedup_vs_compiled", "slower_than_eager", "slower_than_compiled", "custom_share", "below_custom_share",
+              "iterations", "run_id", "node", "device", "wall_s", "error")
 
 
 def write_reports(out_dir: Path, records: list[dict], meta: dict) -> dict:
@@ -38,6 +38,14 @@ def _fmt(v, pct: bool = False) -> str:
     return html.escape(str(v))
 
 
+def _cell(record: dict, key: str) -> str:
+    """One table cell; a speedup below 1x is red and says it is a slowdown."""
+    value = record.get(key)
+    if key.startswith("speedup_vs_") and isinstance(value, (int, float)) and value < 1.0:
+        return f"<td style='color:#c92a2a'>{_fmt(value)} (slower)</td>"
+    return f"<td>{_fmt(value)}</td>"
+
+
 def render_html(records: list[dict], summary: dict, meta: dict) -> str:
     fig_a = fast_p_figure(records).to_html(include_plotlyjs=True, full_html=False)
     fig_b = speedup_figure(records).to_html(include_plotlyjs=False, full_html=False)
@@ -51,13 +59,13 @@ def render_html(records: list[dict], summary: dict, meta: dict) -> str:
                                    ("geometric mean, correct problems only", "geomean_speedup", "_correct_only"),
                                    ("median, correct problems only", "median_speedup", "_correct_only")))
     level_rows = "".join(
-        f"<tr><td>level {lv}</td><td>{s['correct']}/{s['problems']}</td><td>{_fmt(s['fast_1_vs_eager'], True)}</td>"
+        f"<tr><td>level {lv}</td><td>{s['correct']}/{s['problems']}</td><td>{s['correct_slower_than_eager']}</td>"
+        f"<td>{_fmt(s['fast_1_vs_eager'], True)}</td>"
         f"<td>{_fmt(s['fast_1_vs_compiled'], True)}</td></tr>" for lv, s in summary["per_level"].items())
     problem_rows = "".join(
-        "<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k in ("problem", "level", "status", "candidate_ms",
-                                                             "eager_ms", "compiled_ms", "speedup_vs_eager",
-                                                             "speedup_vs_compiled", "custom_share",
-                                                             "iterations", "node", "device")) +
+        "<tr>" + "".join(_cell(r, k) for k in ("problem", "level", "status", "candidate_ms", "eager_ms",
+                                               "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled",
+                                               "custom_share", "iterations", "node", "device")) +
         f"<td>{html.escape(str(r.get('error') or ''))[:200]}</td></tr>" for r in records)
     device_rows = "".join(
         f"<tr><td>{html.escape(d)}</td><td>{s['correct']}/{s['problems']}</td>"
@@ -72,9 +80,12 @@ def render_html(records: list[dict], summary: dict, meta: dict) -> str:
 td,th{{border:1px solid #ddd;padding:4px 8px;font-size:14px}}th{{background:#f4f4f4}}</style></head><body>
 <h1>KForge benchmark</h1><p>{meta_text}</p>
 <p>Correct: <b>{summary['correct']}/{summary['problems']}</b> ({_fmt(summary['correctness_rate'], True)}).
+Correct but <b style="color:#c92a2a">slower than eager: {summary['correct_slower_than_eager']}</b>, slower than
+torch.compile: {summary['correct_slower_than_compiled']} (their measured speedups, below 1×, are counted as they are).
 fast_p is the share of all problems that are correct and more than p× faster than the baseline.</p>
 <table><tr><th></th><th>vs eager</th><th>vs torch.compile</th></tr>{fast_rows}{geo_rows}</table>{mixed}
-<h2>Per level</h2><table><tr><th>level</th><th>correct</th><th>fast_1 vs eager</th><th>fast_1 vs compile</th></tr>
+<h2>Per level</h2><table><tr><th>level</th><th>correct</th><th>correct, slower than eager</th><th>fast_1 vs eager</th>
+<th>fast_1 vs compile</th></tr>
 {level_rows}</table>
 {fig_a}{fig_b}
 <h2>Problems</h2><table><tr><th>problem</th><th>level</th><th>status</th><th>candidate ms</th><th>eager ms</th>

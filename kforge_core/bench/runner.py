@@ -77,6 +77,8 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
         done[rec["problem"]] = rec
         sx = rec.get("speedup_vs_eager")
         result = f"correct, {sx:.2f}x vs eager" if rec.get("correct") and sx else rec["status"]
+        if rec.get("correct") and sx and sx < 1.0:
+            result += " (SLOWER than eager)"
         bar = "#" * int(20 * finished / len(problems))
         where = f" on {rec['node']}" if executor.name != "local" and rec.get("node") else ""
         progress(f"[{bar:<20}] {finished}/{len(problems)} {rec['problem']}: {result} ({rec['wall_s']:.0f} s{where})")

@@ -90,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        print(f"correct {summary['correct']}/{summary['problems']}; "
+        print(f"correct {summary['correct']}/{summary['problems']} (of them slower than eager: "
+              f"{summary['correct_slower_than_eager']}, slower than torch.compile: "
+              f"{summary['correct_slower_than_compiled']}); "
               f"fast_1 vs eager {_pct(summary['fast_p_vs_eager']['1'])}, vs torch.compile "
               f"{_pct(summary['fast_p_vs_compiled']['1'])}; geomean vs eager (failures as 1.0) "
               f"{_x(summary['geomean_speedup_vs_eager_failures_as_1'])}")

@@ -46,8 +46,10 @@ from ..platform import get_platform
 from ..problem import load_problem
 from .config import RunConfig
 from .events import (
-    BestUpdated, ErrorReported, EvalStage, HeadToHead, IterationStarted, LoopEvent, PassStarted, RunFinished)
+    BestUpdated, ErrorReported, EvalStage, HeadToHead, IterationStarted, LoopEvent, PassStarted, RunFinished,
+    SlowerThanBaseline)
 from .feedback import feedback_for, history_entry, optimization_feedback
+from .standing import PROGRAM, standing
 from .steps import CandidateSteps
 from .types import (
     CANCELLED_ITERATION_STATUS, FUNCTIONAL, OPTIMIZATION, STATUS_RANK, STOPPED, Attempt, Cancelled, FatalEndpointError,
@@ -162,6 +164,7 @@ class Synthesis(CandidateSteps):
                          best_iteration=winner["iteration"], rule=rule)
         best = next(a for a in contenders if a.iteration == winner["iteration"])
         st.best = best
+        st.best_speedups = (winner["speedup_vs_eager"], winner["speedup_vs_compiled"])
         yield BestUpdated(iteration=best.iteration, candidate_ms=winner["candidate_ms"],
                           speedup_vs_eager=winner["speedup_vs_eager"],
                           speedup_vs_compiled=winner["speedup_vs_compiled"], eager_ms=eager.get("median_ms"),
@@ -183,8 +186,14 @@ class Synthesis(CandidateSteps):
             baselines.release(baselines.key_for(self.problem.source, self.config.size_class, self.platform.name,
                                                 self.platform.device_name()))
         best = self.state.best
+        where = standing(best.iteration, *self.state.best_speedups) if best else None
+        if where is not None and where.slower_than:
+            yield SlowerThanBaseline(iteration=best.iteration, speedup_vs_eager=self.state.best_speedups[0],
+                                     speedup_vs_compiled=self.state.best_speedups[1], slower_than=where.slower_than,
+                                     use=where.use, message=where.message)
         yield RunFinished(status=status, error=error, stop_reason=self.stop_reason,
-                          best_iteration=best.iteration if best else None, endpoint_failure=endpoint_failure)
+                          best_iteration=best.iteration if best else None, endpoint_failure=endpoint_failure,
+                          best_slower_than=where.slower_than if where else (), use=where.use if where else PROGRAM)
 
     def _wait_for_endpoint(self) -> None:
         """Sit out the wait a failed model call asked for (cancellable at every quarter second)."""
@@ -272,7 +281,9 @@ class Synthesis(CandidateSteps):
             return Next.STOP
         improved = st.best is not best_before
         st.steps_without_improvement = 0 if improved else st.steps_without_improvement + 1
-        if cfg.patience and st.steps_without_improvement >= cfg.patience:
+        # patience saves the budget once a program is worth having; a best slower than eager is not, so the pass
+        # goes on until the analysis has nothing left or the optimization budget is spent
+        if cfg.patience and st.steps_without_improvement >= cfg.patience and not st.best_slower_than_eager():
             self.stop_reason = f"patience: {cfg.patience} optimization step(s) without a faster correct program"
             return Next.STOP
         if st.optimization_steps >= cfg.max_optimization_iters:
