@@ -189,12 +189,16 @@ def test_while_slower_than_eager_every_applicable_move_is_tried_in_the_profiles_
 
 
 @needs_cpu
-def test_patience_still_ends_a_pass_whose_best_beats_eager():
-    """The waiver is for a best slower than eager only (scripted agents: no synthesizer needed)."""
+def test_patience_is_waived_only_for_a_deterministic_generator_whose_best_is_slower_than_eager():
+    """Scripted agents, no synthesizer: a best that beats eager stops on patience (2 steps); a slow best keeps a
+    deterministic generator going to the optimization budget (5); a model (not deterministic) keeps its patience."""
     from kforge_core.agents.base import AnalysisResult, GenerationResult, Recommendation
 
     class Gen:
         label = "scripted"
+
+        def __init__(self, deterministic):
+            self.deterministic = deterministic
 
         def generate(self, request, on_token=None):
             return GenerationResult(program=f"# program {request.iteration}\n")
@@ -205,14 +209,14 @@ def test_patience_still_ends_a_pass_whose_best_beats_eager():
         def analyze(self, request, on_token=None):
             return AnalysisResult(recommendations=[Recommendation("t", "c", "w")])
 
-    for eager_ms, steps in ((4.0, 2), (1.0, 5)):  # fast best: patience (2) stops it; slow best: the budget does
+    for eager_ms, deterministic, steps in ((4.0, True, 2), (1.0, True, 5), (1.0, False, 2)):
         evaluate = by_schedule(lambda moves: 2.0, eager_ms=eager_ms)
         cfg = config(agent="llm", model="m", patience=2, max_optimization_iters=5)
-        events = list(Synthesis(cfg, Gen(), Ana(), evaluate_fn=evaluate).events())
+        events = list(Synthesis(cfg, Gen(deterministic), Ana(), evaluate_fn=evaluate).events())
         optimization = [e for e in events if e.kind == "iteration_finished" and e.pass_name == "optimization"]
         (done,) = [e for e in events if e.kind == "run_finished"]
-        assert len(optimization) == steps, done.stop_reason
-        assert ("patience" in done.stop_reason) == (eager_ms > 2.0)
+        assert len(optimization) == steps, (eager_ms, deterministic, done.stop_reason)
+        assert ("patience" in done.stop_reason) == (steps == 2)
         assert bool([e for e in events if e.kind == "slower_than_baseline"]) == (eager_ms < 2.0)
 
 

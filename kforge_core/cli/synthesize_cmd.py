@@ -68,7 +68,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     budget.add_argument("--max-tokens", type=int, metavar="T", help="token budget (prompt + completion, all calls)")
     budget.add_argument("--patience", type=int, metavar="K",
                         help="stop after K optimization steps without a faster program (default 3; 0: never); "
-                             "not while the best is slower than eager")
+                             "with --agent builtin, not while the best is slower than eager")
     budget.add_argument("--best-of", type=int, metavar="K", help="candidates per step, generated in parallel "
                                                                   "(default 1)")
     more = p.add_argument_group("inputs and evaluation")

@@ -281,15 +281,20 @@ class Synthesis(CandidateSteps):
             return Next.STOP
         improved = st.best is not best_before
         st.steps_without_improvement = 0 if improved else st.steps_without_improvement + 1
-        # patience saves the budget once a program is worth having; a best slower than eager is not, so the pass
-        # goes on until the analysis has nothing left or the optimization budget is spent
-        if cfg.patience and st.steps_without_improvement >= cfg.patience and not st.best_slower_than_eager():
+        if cfg.patience and st.steps_without_improvement >= cfg.patience and not self._keeps_trying():
             self.stop_reason = f"patience: {cfg.patience} optimization step(s) without a faster correct program"
             return Next.STOP
         if st.optimization_steps >= cfg.max_optimization_iters:
             self.stop_reason = f"optimization budget spent ({cfg.max_optimization_iters} step(s))"
             return Next.STOP
         return Next.OPTIMIZE
+
+    def _keeps_trying(self) -> bool:
+        """Patience saves the budget once a program is worth having; a best slower than eager is not. A
+        deterministic generator (the built-in one) then goes on until its analysis has no move left (it refuses,
+        and the pass stops with that reason) or the optimization budget is spent. A model's steps cost tokens
+        without such an end in sight, so its runs keep the patience they were given."""
+        return bool(getattr(self.generator, "deterministic", False)) and self.state.best_slower_than_eager()
 
     def _refusal(self, judged: list[Attempt]) -> str:
         """Why a deterministic generator wrote no program this step ("" otherwise): asked the same again, it
