@@ -3,8 +3,10 @@
 Reads the profile summary (custom kernels, their launches per forward and time shares, time in PyTorch ops), the
 roofline facts (bound, % of the measured bandwidth / FLOP/s) and the timings, plus what the program already does
 (its `# kforge-builtin:` schedule marker, or for any other program what its source shows) and which moves the
-optimization history already tried. Every recommendation names a catalogue move and cites the numbers behind it;
-when every move is applied or tried, it recommends nothing.
+optimization history already tried on this program. Every recommendation names a catalogue move and cites the
+numbers behind it; when every move is applied or tried, it recommends nothing. A program slower than eager gets the
+deficit first (how far behind, how much of it the custom kernels could take off) and every applicable move, ordered
+by the share of the kernels' time each is estimated to save, so the pass does not give up while one is left.
 """
 
 from __future__ import annotations
