@@ -220,6 +220,30 @@ def test_patience_is_waived_only_for_a_deterministic_generator_whose_best_is_slo
         assert bool([e for e in events if e.kind == "slower_than_baseline"]) == (eager_ms < 2.0)
 
 
+def test_the_analysis_says_when_no_kernel_move_can_beat_eager():
+    """The vendor GEMM alone takes longer than eager's whole forward: the deficit is said, and that no move on the
+    custom kernels can close it; the moves are still recommended (they take off what they can)."""
+    from kforge_core.agents.base import AnalysisRequest
+    from kforge_core.agents.builtin_analysis import BuiltinAnalysisAgent
+
+    program = 'SOURCE = r"""\nextern "C" void k(const float* x, float* o, int64_t n) {\n' \
+              'for (int64_t i = 0; i < n; ++i) o[i] = std::erf(x[i]);\n}\n"""\n'
+    profile = {"per_forward_ms": 2.0, "custom_share": 0.3, "launches_per_forward": 1.0,
+               "kernels": [{"name": "kforge::k", "share": 0.3, "custom": True, "ms_per_forward": 0.6},
+                           {"name": "aten::mm", "share": 0.7, "custom": False, "ms_per_forward": 1.4}]}
+
+    def analyse(eager_ms):
+        return BuiltinAnalysisAgent().analyze(AnalysisRequest(
+            program=program, problem_source=LEVEL2, spec=get_platform("cpu").spec(), profile=profile, roofline=None,
+            candidate_ms=2.0, eager_ms=eager_ms, compiled_ms=None))
+    behind = analyse(1.2)
+    assert "The time outside the custom kernels alone is more than eager's: no kernel move" in behind.text
+    assert behind.recommendations and all("estimated to take ~" in r.why for r in behind.recommendations)
+    closable = analyse(1.8)
+    assert "To match eager the kernels must get 0.2 ms faster (33% of their time)" in closable.text
+    assert "Slower than eager" not in analyse(2.5).text  # at least as fast as eager: the usual order, no deficit
+
+
 # ------------------------------------------------------------------------------------------------ bench
 
 def test_bench_counts_correct_but_slower_than_eager_apart():
