@@ -7,7 +7,8 @@ import datetime as dt
 from kforge_core.formatting import fmt_ms, fmt_x
 
 __all__ = ["fmt_ms", "fmt_x", "fmt_tokens", "fmt_cost", "fmt_duration", "fmt_when", "parse_ts", "VERDICT_STYLE",
-           "RUN_STYLE", "verdict_badge", "run_badge", "verdict_icon"]
+           "RUN_STYLE", "verdict_badge", "run_badge", "verdict_icon", "slowdown_delta",
+           "speedup_md"]
 
 # verdict / iteration status -> (short label, streamlit colour, material icon)
 VERDICT_STYLE: dict[str, tuple[str, str, str]] = {
@@ -50,6 +51,21 @@ def run_badge(status: str | None, best_speedup_vs_eager: float | None = None) ->
         return ":orange-badge[:material/slow_motion_video: correct, but slower than eager]"
     label, colour, icon = RUN_STYLE.get(status or "", (status or "?", "gray", "help"))
     return f":{colour}-badge[:material/{icon}: {label}]"
+
+
+def slowdown_delta(speedup: float | None, baseline: str) -> dict:
+    """`st.metric` keyword arguments that mark a speedup below 1x as the slowdown it is (red, arrow down, in
+    words); nothing for a gain or an unknown speedup. A value like "0.74x" alone reads as a number, not a loss."""
+    if speedup is None or speedup >= 1.0:
+        return {}
+    return {"delta": f"{1 / speedup:.2f}x slower than {baseline}", "delta_color": "red", "delta_arrow": "down"}
+
+
+def speedup_md(speedup: float | None) -> str:
+    """A speedup in markdown: bold, and red with the slowdown in words below 1x."""
+    if speedup is not None and speedup < 1.0:
+        return f":red[**{fmt_x(speedup)}** ({1 / speedup:.2f}x slower)]"
+    return f"**{fmt_x(speedup)}**"
 
 
 def fmt_tokens(n: int | None) -> str:

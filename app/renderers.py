@@ -426,8 +426,19 @@ def iteration_finished(event: dict, ctx: RenderContext) -> None:
 @renders(EventKind.BEST_UPDATED)
 def best_updated(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
-    _line(event, f":green[:material/trophy:] New best: #{d.get('iteration')} at {fmt_ms(d.get('candidate_ms'))} "
-                 f"({fmt_x(d.get('speedup_vs_eager'))} vs eager, {fmt_x(d.get('speedup_vs_compiled'))} vs compile)")
+    sx = d.get("speedup_vs_eager")
+    # the fastest correct program so far is not a gain while it is slower than eager: no green trophy then
+    mark = ":orange[:material/slow_motion_video:] New best, still slower than eager" if sx is not None and sx < 1 \
+        else ":green[:material/trophy:] New best"
+    _line(event, f"{mark}: #{d.get('iteration')} at {fmt_ms(d.get('candidate_ms'))} "
+                 f"({fmt_x(sx)} vs eager, {fmt_x(d.get('speedup_vs_compiled'))} vs compile)")
+
+
+@renders(EventKind.SLOWER_THAN_BASELINE)
+def slower_than_baseline(event: dict, ctx: RenderContext) -> None:
+    d = event["data"]
+    lost_to = " and ".join(d.get("slower_than") or ["eager"])
+    _line(event, f":red[:material/slow_motion_video: **Slower than {lost_to}**] {d.get('message', '')}")
 
 
 @renders(EventKind.EVAL_STAGE, tab="Result", order=5)

@@ -17,7 +17,7 @@ from kforge_core.store import EventKind
 FEED_KINDS = frozenset({
     EventKind.RUN_CREATED, EventKind.PASS_STARTED, EventKind.ITERATION_FINISHED, EventKind.BEST_UPDATED,
     EventKind.RUN_FINISHED, EventKind.RUN_INTERRUPTED, EventKind.RUN_RESUMED, EventKind.CANCEL_REQUESTED,
-    EventKind.HEAD_TO_HEAD,
+    EventKind.HEAD_TO_HEAD, EventKind.SLOWER_THAN_BASELINE,
 })
 # Folded only (the latest one is shown as the running evaluation's stage), never listed: dozens per iteration.
 FOLD_ONLY_KINDS = frozenset({EventKind.EVAL_STAGE})
@@ -63,6 +63,7 @@ class RunState:
     # run's wall time leaves out the idle time between a cancel and a resume
     sessions: list[list] = field(default_factory=list)
     stage: str | None = None  # a run-level evaluation's stage (the final head-to-head), None once finished
+    slower: dict | None = None  # the run's end said its best loses to a baseline (`slower_than_baseline` data)
 
     def iteration(self, index: int) -> IterationState:
         it = self.iterations.get(index)
@@ -247,6 +248,12 @@ def _iteration_finished(state: RunState, event: dict, it: IterationState | None)
 @folds(EventKind.BEST_UPDATED)
 def _best(state: RunState, event: dict, it: IterationState | None) -> None:
     state.best = event["data"]
+    state.slower = None  # said of an earlier best (a resumed run's): the next end says it again if still true
+
+
+@folds(EventKind.SLOWER_THAN_BASELINE)
+def _slower(state: RunState, event: dict, it: IterationState | None) -> None:
+    state.slower = event["data"]
 
 
 @folds(EventKind.USAGE)

@@ -23,7 +23,7 @@ from kforge_core.store import RunNotFound
 
 from . import services
 from .chart import figure
-from .formatting import (fmt_cost, fmt_duration, fmt_ms, fmt_tokens, fmt_when, fmt_x, parse_ts,
+from .formatting import (fmt_cost, fmt_duration, fmt_ms, fmt_tokens, fmt_when, fmt_x, parse_ts, slowdown_delta,
                          run_badge, verdict_badge, verdict_icon)
 from .navigation import page_path
 from .renderers import EMPTY, TABS, RenderContext, order_of, render, tab_of
@@ -209,7 +209,10 @@ def _header(run: dict[str, Any], state: RunState, live: bool, pending: bool = Fa
         st.download_button("Best program", best or "", file_name=f"{run['problem_name']}_best.py",
                            mime="text/x-python", disabled=best is None, icon=":material/download:",
                            on_click="ignore", key=f"kf-dl-best:{run['id']}",
-                           help="the fastest correct program so far" if best else "no correct program yet")
+                           help=("no correct program yet" if not best else
+                                 "the fastest correct program, but slower than eager PyTorch: no kernel beats eager"
+                                 if (run.get("best_speedup_vs_eager") or 1.0) < 1.0 else
+                                 "the fastest correct program so far"))
         st.page_link(page_path("compare"), label="Compare", icon=":material/compare_arrows:",
                      query_params={"a": f"{run['id']}:{run['best_iteration']}"} if run.get("best_iteration")
                      is not None else {"a": run["id"]})
@@ -306,8 +309,10 @@ def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
     best_it = run.get("best_iteration")
     cols = st.columns(6)
     cols[0].metric("Best vs eager", fmt_x(run.get("best_speedup_vs_eager")),
-                   help="eager PyTorch time ÷ the best correct program's time")
-    cols[1].metric("Best vs torch.compile", fmt_x(run.get("best_speedup_vs_compiled")))
+                   help="eager PyTorch time ÷ the best correct program's time",
+                   **slowdown_delta(run.get("best_speedup_vs_eager"), "eager"))
+    cols[1].metric("Best vs torch.compile", fmt_x(run.get("best_speedup_vs_compiled")),
+                   **slowdown_delta(run.get("best_speedup_vs_compiled"), "torch.compile"))
     cols[2].metric("Best time", fmt_ms(run.get("best_candidate_ms")),
                    help=f"iteration #{best_it}" if best_it is not None else "no correct program yet")
     cols[3].metric("Iterations", f"{done}" + (f" / {budget}" if budget else ""),
@@ -324,6 +329,21 @@ def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
                         + (f"; cost {cost}" if cost else ""))
     if cost:
         st.caption(f"Cost so far: **{cost}** (at your prices per 1M tokens from Settings)")
+    _slowdown_warning(run, state, live)
+
+
+def _slowdown_warning(run: dict[str, Any], state: RunState, live: bool) -> None:
+    """Beside the best speedup: a best slower than eager is said in words, never left to read as a result. The
+    finished run's words are the loop's own (its `slower_than_baseline` event: what it loses to, what to use)."""
+    if state.slower and not live:
+        box = st.error if "eager" in (state.slower.get("slower_than") or []) else st.warning
+        box(state.slower.get("message") or "No kernel beats eager PyTorch.", icon=":material/slow_motion_video:")
+        return
+    speedup = run.get("best_speedup_vs_eager")
+    if speedup is not None and speedup < 1.0:
+        st.warning(f"The best correct program so far is **{1 / speedup:.2f}x slower than eager PyTorch** "
+                   f"({fmt_x(speedup)}): not a speedup" + (" yet; the run goes on." if live else "."),
+                   icon=":material/slow_motion_video:")
 
 
 # --------------------------------------------------------------------------------------------------- timeline

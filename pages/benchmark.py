@@ -13,7 +13,7 @@ from app.cluster import bench_notes
 from app.formatting import fmt_ms, fmt_x
 from app.navigation import run_url
 from kforge_core.bench.charts import fast_p_figure, speedup_figure
-from kforge_core.bench.metrics import P_VALUES, counts_text, outcome_of, partial_text
+from kforge_core.bench.metrics import P_VALUES, counts_text, outcome_of, partial_text, slower_than
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,6 +95,11 @@ c1.caption(counts_text(summary) if "supported" in summary else "")
 c2.metric("fast_1 vs eager", _pct(summary["fast_p_vs_eager"]["1"]))
 c3.metric("fast_1 vs torch.compile", _pct(summary["fast_p_vs_compiled"]["1"]))
 c4.metric("Geomean vs eager (failures = 1.0×)", fmt_x(summary["geomean_speedup_vs_eager_failures_as_1"]))
+slow = slower_than(records, "eager")  # from the records: results written before the count existed have them too
+if slow:
+    st.warning(f"{slow} of the {summary['correct']} correct problems are **slower than eager PyTorch**: correct, but "
+               "no kernel beats eager there (their measured speedups, below 1×, are counted as they are).",
+               icon=":material/slow_motion_video:")
 bench_notes(summary)
 
 rows = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import services
-from app.formatting import RUN_STYLE, fmt_ms, fmt_tokens, fmt_when, fmt_x, run_badge
+from app.formatting import RUN_STYLE, fmt_ms, fmt_tokens, fmt_when, fmt_x, run_badge, speedup_md
 from app.navigation import page_path
 from app.run_view import agent_label
 from kforge_core.errors import KForgeError
@@ -65,7 +65,7 @@ for run in runs:
     cols[3].markdown(run_badge(run["status"], run.get("best_speedup_vs_eager")),
                      help=run["error"] if run.get("error") else None)
     best = run.get("best_speedup_vs_eager")
-    cols[4].markdown(f"**{fmt_x(best)}** vs eager  \n<span class='kf-when'>{fmt_ms(run.get('best_candidate_ms'))}, "
+    cols[4].markdown(f"{speedup_md(best)} vs eager  \n<span class='kf-when'>{fmt_ms(run.get('best_candidate_ms'))}, "
                      f"{fmt_x(run.get('best_speedup_vs_compiled'))} vs compile</span>" if best is not None else "—",
                      unsafe_allow_html=True)
     tokens = (run.get("tokens_prompt") or 0) + (run.get("tokens_completion") or 0)

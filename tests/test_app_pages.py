@@ -244,13 +244,19 @@ def test_benchmark_page_shows_a_bench_report(app_env, tmp_path, monkeypatch):
          "speedup_vs_compiled": 1.25, "candidate_ms": 4.0, "eager_ms": 10.0, "compiled_ms": 5.0},
         {"problem": "level2/09_logsumexp", "level": 2, "status": "failed", "correct": False,
          "error": "no correct program"},
+        {"problem": "level2/01_linear_bias_gelu", "level": 2, "status": "succeeded", "correct": True,
+         "speedup_vs_eager": 0.74, "speedup_vs_compiled": 0.7, "candidate_ms": 4.0, "eager_ms": 2.96},
     ]
     write_reports(tmp_path / "out", records, {"target": "cpu", "agent": "builtin"})
     monkeypatch.setenv("KFORGE_BENCH_DIR", str(tmp_path / "out"))
     at = app("benchmark").run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Correct"] == "1/2" and metrics["fast_1 vs eager"] == "50%"
+    assert metrics["Correct"] == "2/3" and metrics["fast_1 vs eager"] == "33%"
+    # correct but slower than eager: counted apart, in words
+    assert [w.value for w in at.warning if "slower than eager" in w.value] == [
+        "1 of the 2 correct problems are **slower than eager PyTorch**: correct, but no kernel beats eager there "
+        "(their measured speedups, below 1×, are counted as they are)."]
     tables = " ".join(str(df.value.to_dict()) for df in at.dataframe)
     assert "level1/01_relu" in tables and "level2/09_logsumexp" in tables
     assert "failures counted as 1.0" in tables and "fast_1" in tables

@@ -220,3 +220,36 @@ def test_run_cost_sums_each_calls_own_price():
     unpriced = RunState(run_id="u")
     apply(unpriced, [{"seq": 1, "kind": "usage", "data": {"tokens_prompt": 10, "tokens_completion": 1}}])
     assert unpriced.cost is None
+
+
+def test_a_best_slower_than_eager_is_drawn_as_a_slowdown(app_env, use_targets):
+    """Issue 26: where the best speedup is shown, a slowdown reads as one (red, arrow down, in words), and the
+    finished run's warning (the loop's `slower_than_baseline` event) sits beside it; the activity log and the
+    runs list say it too. A gain stays unmarked."""
+    from streamlit.proto.Metric_pb2 import Metric
+
+    from app.formatting import slowdown_delta, speedup_md
+    from tests.browser.seed import seed_single_iteration_run
+
+    assert slowdown_delta(1.2, "eager") == {} and slowdown_delta(None, "eager") == {} and speedup_md(1.5) == "**1.50x**"
+    assert speedup_md(0.5) == ":red[**0.50x** (2.00x slower)]"
+    message = "No kernel beats eager PyTorch: the best correct program (iteration 0) is 0.06x eager PyTorch"
+    with open_store() as s:
+        run_id = seed_single_iteration_run(s)  # correct, 16x slower than eager
+        s.append_event(run_id, "slower_than_baseline", {
+            "iteration": 0, "speedup_vs_eager": 0.0625, "speedup_vs_compiled": 0.039,
+            "slower_than": ["eager", "torch.compile"], "use": "eager", "message": message}, 0)
+    at = app(run=run_id).run()
+    assert not at.exception
+    eager, compiled = (next(m for m in at.metric if m.label == label)
+                       for label in ("Best vs eager", "Best vs torch.compile"))
+    assert eager.value == "0.06x" and eager.proto.delta == "16.00x slower than eager"
+    assert eager.proto.color == Metric.MetricColor.RED and eager.proto.direction == Metric.MetricDirection.DOWN
+    assert compiled.proto.delta == "25.60x slower than torch.compile" and compiled.proto.color == Metric.MetricColor.RED
+    assert [e.value for e in at.error] == [message]  # the loop's own words, as an error beside the numbers
+    body = texts(at)
+    assert "correct, but slower than eager" in body  # the run's badge
+    assert "Slower than eager and torch.compile" in body and "New best, still slower than eager" in body
+    assert ":material/trophy:" not in body  # no trophy for a slowdown
+    runs = app("runs").run()
+    assert not runs.exception and "(16.00x slower)" in texts(runs)

@@ -30,7 +30,7 @@ FAST_TIMING = {"min_trials": 3, "max_trials": 5, "budget_s": 0.2}
 
 def config(**kw) -> RunConfig:
     values = dict(problem_source=SIGMOID, problem_name="sigmoid", target="cpu", agent="builtin",
-                  max_functional_iters=2, max_optimization_iters=8, patience=0, eval_baselines=False,
+                  max_functional_iters=2, max_optimization_iters=12, patience=0, eval_baselines=False,
                   eval_timing_options=FAST_TIMING)
     values.update(kw)
     return RunConfig(**values)
@@ -67,7 +67,10 @@ def test_every_recommended_move_is_built_in_turn_end_to_end(tmp_path):
         assert all(r.get("applied") is False for r in recs if r["move"] not in applied)
         assert applied[0] in moves_of(row["code"])
         new_moves.append(applied[0])
-    assert len(set(new_moves)) == len(new_moves), new_moves  # never the same move twice
+    # never the same program twice: a move comes back only on a new best (its base changed; tests/test_slow_best.py),
+    # at most 4 + 3 + 2 + 1 builds for these four moves, inside the budget
+    schedules = [moves_of(row["code"]) for row in built]
+    assert len(set(map(frozenset, schedules))) == len(schedules), new_moves
     assert {"parallelize_rows", "vectorize", "block_shape", "unroll"} <= set(new_moves)
     # the end: one iteration saying nothing is left, then the run stops with that reason (budget not burnt)
     last = optimization[-1]

@@ -111,6 +111,7 @@ class AnalysisRequest:
     history: list[dict] = field(default_factory=list)  # earlier moves tried and their measured effect
     evaluation: str = ""  # the sizes evaluated, the tolerance, the device (as in GenerationRequest)
     screenshots_note: str = ""  # what the screenshots show, when that is not the program above
+    iteration: int | None = None  # the iteration whose program this is (history entries name what they built on)
 
 
 @dataclass

@@ -3,8 +3,10 @@
 Reads the profile summary (custom kernels, their launches per forward and time shares, time in PyTorch ops), the
 roofline facts (bound, % of the measured bandwidth / FLOP/s) and the timings, plus what the program already does
 (its `# kforge-builtin:` schedule marker, or for any other program what its source shows) and which moves the
-optimization history already tried. Every recommendation names a catalogue move and cites the numbers behind it;
-when every move is applied or tried, it recommends nothing.
+optimization history already tried on this program. Every recommendation names a catalogue move and cites the
+numbers behind it; when every move is applied or tried, it recommends nothing. A program slower than eager gets the
+deficit first (how far behind, how much of it the custom kernels could take off) and every applicable move, ordered
+by the share of the kernels' time each is estimated to save, so the pass does not give up while one is left.
 """
 
 from __future__ import annotations
@@ -18,10 +20,19 @@ from ..synth.schedule import CATALOGUE, LABEL, MOVE_TITLES, Schedule, read_marke
 
 
 
-def _moves_in_history(history: list[dict]) -> set:
+def _moves_in_history(history: list[dict], program_iteration: int | None = None) -> set:
+    """The catalogue moves already tried on the program being analysed. A move counts for the program it was built
+    on (`built_on`): one that did not beat an earlier best is applicable again once the best has changed (it was
+    judged against a different program, and on this busy machine perhaps within the noise). A move whose candidate
+    failed (wrong, crashed, did not build) stays tried on every program: the same writer would fail the same way.
+    Entries without `built_on` (written by hand, or by an older loop) count for every program."""
     tried = set()
     for h in history or []:
         if not isinstance(h, dict):
+            continue
+        on = h.get("built_on")
+        if (program_iteration is not None and isinstance(on, int) and on != program_iteration
+                and h.get("status") == "correct"):
             continue
         for key in ("move", "moves"):
             v = h.get(key)
@@ -78,15 +89,21 @@ class BuiltinAnalysisAgent:
         marker = read_marker(req.program)
         gpu = req.spec.device_type != "cpu"
         sched = Schedule.from_dict(marker.get("schedule", {})) if marker else _infer_schedule(req.program, gpu)
-        tried = _moves_in_history(req.history)
+        tried = _moves_in_history(req.history, req.iteration)
         facts = self._facts(req, marker)
-        recs: list[tuple[float, Recommendation]] = []
+        slow = _slowdown(req, facts)
+        recs: list[tuple[tuple, Recommendation]] = []
 
-        def add(move: str, score: float, change: str, why: str, gain: str) -> None:
+        def add(move: str, score: float, saves: float, change: str, why: str, gain: str) -> None:
+            """`score`: the catalogue's usual order; `saves`: the share of the custom kernels' time the move is
+            estimated to take off (from the profile facts), which orders the moves of a program slower than eager."""
             if move in tried or sched.applied(move):
                 return
-            recs.append((score, Recommendation(title=MOVE_TITLES[move], change=change, why=why,
-                                               expected_gain=gain, move=move)))
+            if slow:
+                why += f"; estimated to take ~{_pct(saves)} off the kernels' {slow['kernel_ms']:.3g} ms"
+            recs.append(((-saves, -score) if slow else (-score,),
+                         Recommendation(title=MOVE_TITLES[move], change=change, why=why, expected_gain=gain,
+                                        move=move)))
 
         f = facts
         time_text = f"{f['per_forward_ms']:.3g} ms per forward" if f["per_forward_ms"] else "the forward"
@@ -94,6 +111,8 @@ class BuiltinAnalysisAgent:
                    f"({f['floor_ms']:.3g} ms at the measured {f['ceiling']})") if f["pct_roofline"] else \
             "no roofline measurement"
         near_floor = f["pct_roofline"] is not None and f["pct_roofline"] >= 85
+        # near the floor, what is left to take off is mostly not the inner loops' work
+        inner = 0.5 if near_floor else 1.0
 
         # fuse: several custom kernels per forward, or elementwise PyTorch ops next to them
         kernels = f["kernels_per_forward"]
@@ -105,60 +124,68 @@ class BuiltinAnalysisAgent:
             if f["aten_pointwise_share"] > 0.1:
                 parts.append(f"elementwise PyTorch ops ({f['aten_pointwise']}) take {_pct(f['aten_pointwise_share'])} "
                              f"of the time")
-            add("fuse", 100 + kernels, "Merge producer/consumer kernels so intermediates stay in registers: one "
+            add("fuse", 100 + kernels, max(1 - 1 / kernels if kernels > 1 else 0.0, f["aten_pointwise_share"]),
+                "Merge producer/consumer kernels so intermediates stay in registers: one "
                 "pass over memory per fused group instead of one per node.",
                 "; ".join(parts) + f"; {bw_text}",
                 f"up to ~{max(kernels, 2):.0f}x less memory traffic on the fused part" if kernels > 1 else "~1.2-2x")
         # parallelize across rows / cores
         if not gpu:
             cores = os.cpu_count() or 1
-            add("parallelize_rows", 90, f"Distribute rows (and row chunks) over the {cores} cores with "
-                "`#pragma omp parallel for`.",
+            add("parallelize_rows", 90, 1 - 1 / min(cores, 4), f"Distribute rows (and row chunks) over the {cores} "
+                "cores with `#pragma omp parallel for`.",
                 f"the custom kernels take {_pct(f['custom_share'])} of {time_text} and run on one thread of {cores} "
                 f"cores; {bw_text}", f"up to ~{min(cores, 4)}x on the kernel time" if cores > 1 else "none (1 core)")
         else:
             if f["has_reduction"]:
-                add("parallelize_rows", 90, "Give each row to a whole thread block (block-wide reduction) instead of a "
-                    "single thread looping over the row.",
+                add("parallelize_rows", 90, 0.5, "Give each row to a whole thread block (block-wide reduction) "
+                    "instead of a single thread looping over the row.",
                     f"row kernels take {_pct(f['custom_share'])} of {time_text}; one thread per row leaves most "
                     f"lanes idle; {bw_text}", "large for long rows")
             if f["has_reduction"]:
-                add("warp_reduce", 80, "Reduce within warps with shuffles (then across warps through shared memory) "
-                    "instead of a shared-memory tree with a barrier per step.",
+                add("warp_reduce", 80, 0.2 * inner, "Reduce within warps with shuffles (then across warps through "
+                    "shared memory) instead of a shared-memory tree with a barrier per step.",
                     f"row reductions are {f['reduction_kernels']} of the kernels; {bw_text}", "~1.1-1.5x on row "
                     "kernels")
         # vectorize
-        inner = "transcendental functions in the inner loop run as scalar libm calls" if f["transcendental"] else \
-            "scalar loads and stores"
-        add("vectorize", 70 if not near_floor else 40,
+        inner_text = "transcendental functions in the inner loop run as scalar libm calls" if f["transcendental"] \
+            else "scalar loads and stores"
+        add("vectorize", 70 if not near_floor else 40, (0.5 if f["transcendental"] else 0.2) * inner,
             "Vectorize the inner loops: `#pragma omp simd` with reduction clauses, restrict pointers, inline "
             "polynomial exp/log/tanh/erf (float4 loads on GPUs).",
-            f"{bw_text}; {inner}; custom kernels are {_pct(f['custom_share'])} of {time_text}",
+            f"{bw_text}; {inner_text}; custom kernels are {_pct(f['custom_share'])} of {time_text}",
             "~1.5-4x on compute-heavy elementwise code" if f["transcendental"] else "~1.1-1.5x")
-        # block / chunk shape
-        add("block_shape", 50 if not near_floor else 30,
+        # block / chunk shape: in a row kernel of several passes, the row cache keeps expensive intermediates
+        # instead of computing them again in the write pass
+        recompute = f["multi_pass"] and f["transcendental"]
+        add("block_shape", 50 if not near_floor else 30, (0.3 if recompute else 0.1) * inner,
             "Change the work decomposition: fixed 4096-element chunks for elementwise kernels; a per-thread row cache "
             "for expensive intermediates and dynamic row scheduling in row kernels (block size on GPUs).",
-            f"{f['top_kernel_text']}; {bw_text}", "~1.0-1.3x")
+            f"{f['top_kernel_text']}; " + ("row kernels make several passes and recompute expensive intermediates in "
+                                           "each; " if recompute else "") + bw_text, "~1.0-1.3x")
         # unroll
-        add("unroll", 40 if not near_floor else 20,
+        add("unroll", 40 if not near_floor else 20, 0.1 * inner,
             "Unroll the inner loops (two vectors per iteration, independent accumulators for reductions).",
             f"{f['top_kernel_text']}; reductions carry a dependency through one accumulator; {bw_text}",
             "~1.0-1.2x")
-        recs.sort(key=lambda sr: -sr[0])
+        recs.sort(key=lambda sr: sr[0])
         out = [r for _, r in recs]
+        head = [slow["text"]] if slow else []
         if not out:
             applied = ", ".join(sched.moves()) or "none"
             text = (f"The built-in move catalogue is exhausted for this program (applied: {applied}; tried: "
                     f"{', '.join(sorted(tried)) or 'none'}). {bw_text[0].upper() + bw_text[1:]}.")
-            return AnalysisResult(recommendations=[], text=text)
-        lines = [f"Measured: {time_text}; custom kernels {_pct(f['custom_share'])} of it; {bw_text}."]
+            return AnalysisResult(recommendations=[], text="\n".join(head + [text]))
+        lines = head + [f"Measured: {time_text}; custom kernels {_pct(f['custom_share'])} of it; {bw_text}."]
         if f["speedup_text"]:
             lines.append(f["speedup_text"])
+        if slow:
+            lines.append("Slower than eager: every applicable move is recommended, the ones estimated to take the "
+                         "most off the kernels' time first.")
         for i, r in enumerate(out, 1):
             lines.append(f"{i}. [{r.move}] {r.title}: {r.why} (expected {r.expected_gain})")
         if tried:
-            lines.append(f"Already tried: {', '.join(sorted(tried))}.")
+            lines.append(f"Already tried on this program: {', '.join(sorted(tried))}.")
         return AnalysisResult(recommendations=out, text="\n".join(lines))
 
     @staticmethod
@@ -215,6 +242,28 @@ class BuiltinAnalysisAgent:
             "speedup_text": speed,
             "transcendental": transcendental,
             "has_reduction": bool(reductions) or bool(re.search(r"acc_|reduction\(|tl\.sum|__shfl", src)),
+            "multi_pass": any(int(k.get("passes") or 0) >= 2 for k in reductions),
             "reduction_kernels": f"{len(reductions)} of {len((marker or {}).get('kernels', []))}" if marker else
             "some",
         }
+
+
+def _slowdown(req: AnalysisRequest, facts: dict) -> dict | None:
+    """For a program slower than eager: how far behind it is, where its time goes, and whether the custom kernels
+    could close the gap at all (None for a program at least as fast as eager, or without both timings)."""
+    cand, eager = req.candidate_ms, req.eager_ms
+    if not cand or not eager or cand <= eager:
+        return None
+    share = min(max(facts["custom_share"], 0.0), 1.0)
+    kernel_ms, deficit = share * cand, cand - eager
+    rest_ms = cand - kernel_ms
+    text = (f"Slower than eager: {cand:.3g} ms against eager's {eager:.3g} ms ({eager / cand:.2f}x). The custom "
+            f"kernels take {kernel_ms:.3g} ms ({_pct(share)}); the rest (vendor library calls and PyTorch ops around "
+            f"them) {rest_ms:.3g} ms. ")
+    if rest_ms >= eager:
+        text += (f"The time outside the custom kernels alone is more than eager's: no kernel move can make this "
+                 f"program faster than eager; the moves below can only take off part of the {deficit:.3g} ms.")
+    else:
+        text += (f"To match eager the kernels must get {deficit:.3g} ms faster ({_pct(deficit / kernel_ms)} of "
+                 f"their time).")
+    return {"kernel_ms": kernel_ms, "deficit_ms": deficit, "text": text}

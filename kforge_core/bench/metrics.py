@@ -2,7 +2,9 @@
 
 fast_p: the share of ALL problems that were solved correctly AND ran more than p times faster than the baseline
 (fast_0 is the correctness rate). Geometric-mean speedup is reported two ways, each labelled: with failures counted
-as 1.0 (the agent leaves the problem as it was) and with failures excluded (over correct problems only).
+as 1.0 (the agent leaves the problem as it was) and with failures excluded (over correct problems only). A correct
+problem whose best program is slower than a baseline is counted apart (`correct_slower_than_*`): it is correct, its
+measured speedup (below 1) enters the means as it is, and it is never a gain.
 
 Every problem ends with one outcome (`outcome_of`): `correct`; `unsupported` (the agent said it cannot write the
 problem: the built-in's reach, not a failure); `failed` (the agent wrote programs, none correct: the record says
@@ -35,16 +37,23 @@ def outcome_of(record: dict) -> str:
 
 
 def outcome_counts(records: list[dict]) -> dict:
-    """correct / failed / unsupported / error counts, and supported = correct + failed."""
+    """correct / failed / unsupported / error counts, supported = correct + failed, and the correct ones whose best
+    is slower than each baseline (counted apart: correct, but never a gain)."""
     counts = {o: 0 for o in OUTCOMES}
     for r in records:
         counts[outcome_of(r)] += 1
-    return {"supported": counts["correct"] + counts["failed"], **counts}
+    return {"supported": counts["correct"] + counts["failed"], **counts,
+            **{f"correct_slower_than_{b}": slower_than(records, b) for b in BASELINES}}
 
 
 def _speedup(record: dict, baseline: str) -> float | None:
     value = record.get(f"speedup_vs_{baseline}")
     return value if isinstance(value, (int, float)) and value > 0 and math.isfinite(value) else None
+
+
+def slower_than(records: list[dict], baseline: str) -> int:
+    """Correct problems whose best program is slower than `baseline` (its measured speedup below 1)."""
+    return sum(1 for r in records if r.get("correct") and (s := _speedup(r, baseline)) is not None and s < 1.0)
 
 
 def fast_p(records: list[dict], p: float, baseline: str) -> float | None:
@@ -123,7 +132,9 @@ def counts_text(summary: dict) -> str:
     n = summary["problems"]
     parts = [f"correct {summary['correct']}/{n}"] + [f"{o} {summary.get(o, 0)}" for o in OUTCOMES[1:]
                                                     if o != "error" or summary.get(o)]
-    return " · ".join(parts) + f" (supported {summary.get('supported', 0)})"
+    slow = f" · correct but slower than eager {summary['correct_slower_than_eager']}" \
+        if summary.get("correct_slower_than_eager") else ""
+    return " · ".join(parts) + f" (supported {summary.get('supported', 0)}){slow}"
 
 
 def partial_text(summary: dict) -> str:

@@ -103,8 +103,18 @@ def run_record(store, run_id: str, problem: SuiteProblem, start: float, **where)
             "compiled_ms": verdict.get("compiled_ms") or run.get("compiled_ms"),
             "speedup_vs_eager": run.get("best_speedup_vs_eager"),
             "speedup_vs_compiled": run.get("best_speedup_vs_compiled"),
+            **slower_than_fields(run.get("best_speedup_vs_eager"), run.get("best_speedup_vs_compiled")),
             "custom_share": verdict.get("custom_share"), "aten_compute": verdict.get("aten_compute") or [],
             "iterations": len(iterations), "error": run.get("error"), "wall_s": time.monotonic() - start, **where}
+
+
+def slower_than_fields(speedup_vs_eager: float | None, speedup_vs_compiled: float | None) -> dict:
+    """A correct problem whose best is slower than a measured baseline, said in the record (counted apart in the
+    summary; its measured speedup is kept as it is, never rounded up to 1.0)."""
+    from ..loop.standing import COMPILED, EAGER, standing
+
+    where = standing(-1, speedup_vs_eager, speedup_vs_compiled)
+    return {"slower_than_eager": EAGER in where.slower_than, "slower_than_compiled": COMPILED in where.slower_than}
 
 
 def solve_here(problem: SuiteProblem, cfg: BenchConfig) -> dict:

@@ -11,8 +11,8 @@ from .charts import fast_p_figure, speedup_figure
 from .metrics import P_VALUES, counts_text, mixed_devices_note, partial_text, summarize
 
 CSV_FIELDS = ("problem", "level", "status", "correct", "outcome", "kind", "last_status", "reason", "coverage",
-              "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager",
-              "speedup_vs_compiled", "custom_share", "below_custom_share", "iterations", "run_id", "node", "device",
+              "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled", "slower_than_eager",
+              "slower_than_compiled", "custom_share", "below_custom_share", "iterations", "run_id", "node", "device",
               "wall_s", "error")
 
 
@@ -43,6 +43,14 @@ def _fmt(v, pct: bool = False) -> str:
     return html.escape(str(v))
 
 
+def _cell(record: dict, key: str) -> str:
+    """One table cell; a speedup below 1x is red and says it is a slowdown."""
+    value = record.get(key)
+    if key.startswith("speedup_vs_") and isinstance(value, (int, float)) and value < 1.0:
+        return f"<td style='color:#c92a2a'>{_fmt(value)} (slower)</td>"
+    return f"<td>{_fmt(value)}</td>"
+
+
 def render_html(records: list[dict], summary: dict, meta: dict) -> str:
     fig_a = fast_p_figure(records).to_html(include_plotlyjs=True, full_html=False)
     fig_b = speedup_figure(records).to_html(include_plotlyjs=False, full_html=False)
@@ -58,11 +66,9 @@ def render_html(records: list[dict], summary: dict, meta: dict) -> str:
     part_rows = "".join(_part_row(f"level {lv}", s) for lv, s in summary["per_level"].items()) + "".join(
         _part_row(html.escape(k), s) for k, s in summary.get("per_kind", {}).items())
     problem_rows = "".join(
-        "<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k in ("problem", "level", "kind", "outcome",
-                                                             "last_status", "candidate_ms",
-                                                             "eager_ms", "compiled_ms", "speedup_vs_eager",
-                                                             "speedup_vs_compiled", "custom_share",
-                                                             "iterations", "node", "device")) +
+        "<tr>" + "".join(_cell(r, k) for k in ("problem", "level", "kind", "outcome", "last_status", "candidate_ms",
+                                               "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled",
+                                               "custom_share", "iterations", "node", "device")) +
         f"<td>{html.escape(r.get('reason') or '')}</td><td>{html.escape(r.get('coverage') or '')}</td></tr>"
         for r in records)
     device_rows = "".join(
@@ -78,10 +84,13 @@ def render_html(records: list[dict], summary: dict, meta: dict) -> str:
 td,th{{border:1px solid #ddd;padding:4px 8px;font-size:14px}}th{{background:#f4f4f4}}</style></head><body>
 <h1>KForge benchmark</h1><p>{meta_text}</p>
 {_partial_html(summary)}<p>{_counts_html(summary)}
+Correct but <b style="color:#c92a2a">slower than eager: {summary.get('correct_slower_than_eager', 0)}</b>, slower than
+torch.compile: {summary.get('correct_slower_than_compiled', 0)} (their measured speedups, below 1×, are counted as
+they are).
 fast_p is the share of all problems that are correct and more than p× faster than the baseline.</p>
 <table><tr><th></th><th>vs eager</th><th>vs torch.compile</th></tr>{fast_rows}{geo_rows}</table>{mixed}
-<h2>Per level and per kind</h2><table><tr><th></th><th>problems</th><th>correct</th><th>failed</th>
-<th>unsupported</th><th>error</th><th>fast_1 vs eager</th><th>fast_1 vs compile</th>
+<h2>Per level and per kind</h2><table><tr><th></th><th>problems</th><th>correct</th><th>correct, slower than eager</th>
+<th>failed</th><th>unsupported</th><th>error</th><th>fast_1 vs eager</th><th>fast_1 vs compile</th>
 <th>geomean vs the better baseline (correct only)</th></tr>{part_rows}</table>
 {fig_a}{fig_b}
 <h2>Problems</h2><p>In the order they ran (stratified by kind). <i>last verdict</i> and <i>reason</i>: the last
@@ -102,7 +111,8 @@ def _partial_html(summary: dict) -> str:
 
 
 def _part_row(label: str, s: dict) -> str:
-    return (f"<tr><td>{label}</td><td>{s['problems']}</td><td>{s['correct']}</td><td>{s.get('failed', 0)}</td>"
+    return (f"<tr><td>{label}</td><td>{s['problems']}</td><td>{s['correct']}</td>"
+            f"<td>{s.get('correct_slower_than_eager', 0)}</td><td>{s.get('failed', 0)}</td>"
             f"<td>{s.get('unsupported', 0)}</td><td>{s.get('error', 0)}</td>"
             f"<td>{_fmt(s['fast_1_vs_eager'], True)}</td><td>{_fmt(s['fast_1_vs_compiled'], True)}</td>"
             f"<td>{_fmt(s.get('geomean_speedup_vs_best_baseline_correct_only'))}</td></tr>")

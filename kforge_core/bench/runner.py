@@ -91,6 +91,8 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
         if outcome != "correct" and rec.get("reason"):
             last = f"last verdict {rec['last_status']}: " if rec.get("last_status") else ""
             result += f" ({last}{rec['reason'][:160]})"
+        if outcome == "correct" and sx and sx < 1.0:
+            result += " (SLOWER than eager)"
         bar = "#" * int(20 * finished / len(problems))
         where = f" on {rec['node']}" if executor.name != "local" and rec.get("node") else ""
         progress(f"[{bar:<20}] {finished}/{len(problems)} {rec['problem']}: {result} ({rec['wall_s']:.0f} s{where})")

@@ -88,6 +88,8 @@ def show_run(args: argparse.Namespace) -> int:
     if best:
         print(f"  best: iteration {best['iteration']}, {fmt_ms(best['candidate_ms'])}, "
               f"{fmt_x(best['speedup_vs_eager'])} vs eager, {fmt_x(best['speedup_vs_compiled'])} vs torch.compile")
+        if best.get("warning"):
+            print(f"  warning: {best['warning']}")
     return 0
 
 

@@ -67,7 +67,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     budget.add_argument("--max-wall-s", type=float, metavar="S", help="wall-clock budget of the run, seconds")
     budget.add_argument("--max-tokens", type=int, metavar="T", help="token budget (prompt + completion, all calls)")
     budget.add_argument("--patience", type=int, metavar="K",
-                        help="stop after K optimization steps without a faster program (default 3; 0: never)")
+                        help="stop after K optimization steps without a faster program (default 3; 0: never); "
+                             "with --agent builtin, not while the best is slower than eager")
     budget.add_argument("--best-of", type=int, metavar="K", help="candidates per step, generated in parallel "
                                                                   "(default 1)")
     more = p.add_argument_group("inputs and evaluation")
@@ -252,6 +253,8 @@ def final_line(summary: dict, printed_errors: set[str] | frozenset[str] = frozen
             line += f", {fmt_x(best['speedup_vs_compiled'])} vs torch.compile"
         if best.get("chosen_by"):
             line += f" [{best['chosen_by']}]"
+        if best.get("warning"):  # a slowdown is never reported as a result without saying so
+            line += f"\nwarning: {best['warning']}"
     elif summary.get("error") and not _already_printed(summary["error"], printed_errors):
         line += f": {summary['error']}"
     stop = summary.get("stop_reason")

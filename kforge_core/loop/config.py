@@ -33,7 +33,7 @@ class RunConfig:
     max_optimization_iters: int = 5  # optimization-pass steps once a correct program exists
     max_wall_s: float | None = None  # wall-clock budget of the whole run, seconds (checked between steps)
     max_total_tokens: int | None = None  # prompt + completion tokens over all model calls (checked between steps)
-    patience: int = 3  # stop after this many optimization steps without a faster correct program
+    patience: int = 3  # stop after this many optimization steps without a faster one (see Synthesis._keeps_trying)
     best_of_k: int = 1  # candidates generated per step (in parallel); each is its own iteration
     reference_program: str | None = None  # a working program for another target (the paper's strongest aid)
     reference_target: str | None = None  # which target `reference_program` is for

@@ -50,8 +50,10 @@ from ..platform import get_platform
 from ..problem import load_problem
 from .config import RunConfig
 from .events import (
-    BestUpdated, ErrorReported, EvalStage, HeadToHead, IterationStarted, LoopEvent, PassStarted, RunFinished)
+    BestUpdated, ErrorReported, EvalStage, HeadToHead, IterationStarted, LoopEvent, PassStarted, RunFinished,
+    SlowerThanBaseline)
 from .feedback import feedback_for, history_entry, optimization_feedback
+from .standing import PROGRAM, standing
 from .steps import CandidateSteps
 from .types import (
     CANCELLED_ITERATION_STATUS, FUNCTIONAL, OPTIMIZATION, STATUS_RANK, STOPPED, Attempt, Cancelled, FatalEndpointError,
@@ -174,6 +176,7 @@ class Synthesis(CandidateSteps):
                          best_iteration=winner["iteration"], rule=rule)
         best = next(a for a in contenders if a.iteration == winner["iteration"])
         st.best = best
+        st.best_speedups = (winner["speedup_vs_eager"], winner["speedup_vs_compiled"])
         yield BestUpdated(iteration=best.iteration, candidate_ms=winner["candidate_ms"],
                           speedup_vs_eager=winner["speedup_vs_eager"],
                           speedup_vs_compiled=winner["speedup_vs_compiled"], eager_ms=eager.get("median_ms"),
@@ -197,8 +200,14 @@ class Synthesis(CandidateSteps):
             baselines.release(baselines.key_for(self.problem.source, self.config.size_class, self.platform.name,
                                                 self.platform.device_name()))
         best = self.state.best
+        where = standing(best.iteration, *self.state.best_speedups) if best else None
+        if where is not None and where.slower_than:
+            yield SlowerThanBaseline(iteration=best.iteration, speedup_vs_eager=self.state.best_speedups[0],
+                                     speedup_vs_compiled=self.state.best_speedups[1], slower_than=where.slower_than,
+                                     use=where.use, message=where.message)
         yield RunFinished(status=status, error=error, stop_reason=self.stop_reason,
-                          best_iteration=best.iteration if best else None, endpoint_failure=endpoint_failure)
+                          best_iteration=best.iteration if best else None, endpoint_failure=endpoint_failure,
+                          best_slower_than=where.slower_than if where else (), use=where.use if where else PROGRAM)
 
     def _wait_for_endpoint(self) -> None:
         """Sit out the wait a failed model call asked for (cancellable at every quarter second)."""
@@ -290,13 +299,20 @@ class Synthesis(CandidateSteps):
             return Next.STOP
         improved = st.best is not best_before
         st.steps_without_improvement = 0 if improved else st.steps_without_improvement + 1
-        if cfg.patience and st.steps_without_improvement >= cfg.patience:
+        if cfg.patience and st.steps_without_improvement >= cfg.patience and not self._keeps_trying():
             self.stop_reason = f"patience: {cfg.patience} optimization step(s) without a faster correct program"
             return Next.STOP
         if st.optimization_steps >= cfg.max_optimization_iters:
             self.stop_reason = f"optimization budget spent ({cfg.max_optimization_iters} step(s))"
             return Next.STOP
         return Next.OPTIMIZE
+
+    def _keeps_trying(self) -> bool:
+        """Patience saves the budget once a program is worth having; a best slower than eager is not. A
+        deterministic generator (the built-in one) then goes on until its analysis has no move left (it refuses,
+        and the pass stops with that reason) or the optimization budget is spent. A model's steps cost tokens
+        without such an end in sight, so its runs keep the patience they were given."""
+        return bool(getattr(self.generator, "deterministic", False)) and self.state.best_slower_than_eager()
 
     def _refusal(self, judged: list[Attempt]) -> str:
         """Why a deterministic generator wrote no program this step ("" otherwise): asked the same again, it

@@ -25,6 +25,9 @@ Kinds the loop appends with `RunStore.append_event` (payload = `data()`):
     eval_stage         {iteration, stage, ...}          (the evaluation's progress: "checking seed 2/5", "timing")
     head_to_head       {contenders: [{iteration, candidate_ms, min_ms, max_ms, trials, speedup_vs_eager,
                         speedup_vs_compiled}], eager, compiled, best_iteration, rule, error}
+    slower_than_baseline {iteration, speedup_vs_eager, speedup_vs_compiled, slower_than: ["eager", "torch.compile"],
+                        use: "eager"|"torch.compile", message}   (the run's best loses to a measured baseline; see
+                        loop/standing.py for the policy)
 
 Kinds the store writes itself, through the method named (the loop yields them as events all the same, so that
 every consumer sees one stream):
@@ -34,7 +37,8 @@ every consumer sees one stream):
     best_updated       -> set_best            {iteration, speedup_vs_eager, speedup_vs_compiled, candidate_ms}
     usage              -> add_usage           {prompt_tokens, completion_tokens, agent, model, latency_s, estimated,
                                                failed, warning, cost}   (failed: a call that broke, estimated)
-    run_finished       -> finish_run          {status, error, ...}
+    run_finished       -> finish_run          {status, error, stop_reason, best_iteration, best_speedup_vs_*,
+                                               best_slower_than: [...], use: "program"|"eager"|"torch.compile"}
 
 Iteration indexes are 0-based and global across both passes.
 """
@@ -259,6 +263,25 @@ class HeadToHead(LoopEvent):
 
 
 @dataclass(frozen=True)
+class SlowerThanBaseline(LoopEvent):
+    """The run's best correct program is slower than eager PyTorch (or torch.compile, when timed): said once, at
+    the run's end, so that no view can show the result as a gain."""
+
+    kind: ClassVar[str] = "slower_than_baseline"
+    iteration: int
+    speedup_vs_eager: float | None
+    speedup_vs_compiled: float | None
+    slower_than: tuple
+    use: str
+    message: str
+
+    def data(self) -> dict:
+        return {"iteration": self.iteration, "speedup_vs_eager": self.speedup_vs_eager,
+                "speedup_vs_compiled": self.speedup_vs_compiled, "slower_than": list(self.slower_than),
+                "use": self.use, "message": self.message}
+
+
+@dataclass(frozen=True)
 class ErrorReported(LoopEvent):
     kind: ClassVar[str] = "error"
     message: str
@@ -337,14 +360,17 @@ class RunFinished(LoopEvent):
     stop_reason: str = ""  # why the loop stopped, in words ("patience: 3 steps without a faster program")
     best_iteration: int | None = None
     endpoint_failure: bool = False  # the model endpoint stopped the run (refusal, or failing too long)
+    best_slower_than: tuple = ()  # the measured baselines the best program is slower than (loop/standing.py)
+    use: str = "program"  # what to use: the program, or the faster baseline ("eager", "torch.compile")
 
     def data(self) -> dict:
         return {"status": self.status, "error": self.error, "stop_reason": self.stop_reason,
-                "best_iteration": self.best_iteration, "endpoint_failure": self.endpoint_failure}
+                "best_iteration": self.best_iteration, "endpoint_failure": self.endpoint_failure,
+                "best_slower_than": list(self.best_slower_than), "use": self.use}
 
 
 ALL_EVENTS: tuple[type[LoopEvent], ...] = (
     PassStarted, IterationStarted, PromptSent, Tokens, ProgramExtracted, ProgramMissing, Diff, CompileLog,
     VerdictReady, Timings, ProfileReady, RecommendationsReady, ErrorReported, UsageRecorded, IterationFinished,
-    BestUpdated, RunFinished, Retrying, EvalStage, HeadToHead,
+    BestUpdated, RunFinished, Retrying, EvalStage, HeadToHead, SlowerThanBaseline,
 )

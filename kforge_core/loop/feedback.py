@@ -53,8 +53,9 @@ def history_entry(attempt: Attempt, best_before: Attempt) -> dict:
     else:
         outcome = f"{attempt.status}: {attempt.reason[:200]}"
     # The AnalysisRequest.history contract: what was tried (titles, and catalogue moves for the built-in agent),
-    # what it measured, in words and as numbers.
-    return {"iteration": attempt.iteration, "tried": tried, "outcome": outcome, "status": attempt.status,
+    # on which program (`built_on`, the best it rewrote), what it measured, in words and as numbers.
+    return {"iteration": attempt.iteration, "built_on": best_before.iteration, "tried": tried, "outcome": outcome,
+            "status": attempt.status,
             "candidate_ms": attempt.candidate_ms, "best_ms_before": best_before.candidate_ms,
             "recommendations": [r.to_dict() for r in built],
             "moves": [r.move for r in built if r.move]}

@@ -273,7 +273,9 @@ class StoreRecorder:
 
     def _run_finished(self, event) -> None:
         self._stop_flusher()  # record() has written the text; nothing is written after the run's end
-        self.store.finish_run(self.run_id, event.status, event.error, stop_reason=event.stop_reason)
+        self.store.finish_run(self.run_id, event.status, event.error, stop_reason=event.stop_reason,
+                              best_slower_than=event.best_slower_than,
+                              use=event.use if event.best_iteration is not None else None)
         self.run_finished = True
 
     def abort(self, status: str, error: str | None, why: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from ..agents.base import Recommendation
 from .config import RunConfig
 from .feedback import history_entry
+from .standing import standing
 from .types import ENDPOINT_FAILED, FUNCTIONAL, OPTIMIZATION, STOPPED, Attempt, LoopState, is_faster
 from ..store import RunStore
 from ..eval.verdict import Verdict
@@ -44,6 +45,7 @@ def restore_state(store: RunStore, run_id: str, config: RunConfig) -> LoopState:
     by_index = {a.iteration: a for a in finished}
     if run["best_iteration"] is not None and run["best_iteration"] in by_index:
         state.best = by_index[run["best_iteration"]]
+        state.best_speedups = (run["best_speedup_vs_eager"], run["best_speedup_vs_compiled"])
     judged_functional = [a for a in functional if not a.endpoint_failure]
     state.last = judged_functional[-1] if judged_functional else None
     judged_optimization = [a for a in optimization if not a.endpoint_failure]
@@ -125,6 +127,9 @@ def summarize_run(store: RunStore, run_id: str) -> dict[str, Any]:
                         speedup_vs_compiled=row["speedup_vs_compiled"],
                         eager_ms=(contest[-1].get("eager") or {}).get("median_ms"),
                         compiled_ms=(contest[-1].get("compiled") or {}).get("median_ms"))
+        # never a slowdown shown as a result: what it loses to, and what to use instead (loop/standing.py)
+        where = standing(best["iteration"], best["speedup_vs_eager"], best["speedup_vs_compiled"])
+        best.update(slower_than=list(where.slower_than), use=where.use, warning=where.message or None)
     return {
         "run_id": run["id"], "status": run["status"], "error": run["error"], "problem_name": run["problem_name"],
         "target": run["target"], "agent": run["agent"], "model": run["model"],
@@ -132,6 +137,7 @@ def summarize_run(store: RunStore, run_id: str) -> dict[str, Any]:
         "finished_at": run["finished_at"],
         "tokens": {"prompt": run["tokens_prompt"], "completion": run["tokens_completion"], **_usage_facts(store, run_id)},
         "best": best,
+        "warnings": [best["warning"]] if best and best.get("warning") else [],
         "iterations": [{"index": r["index"], "pass": r["pass"], "status": r["status"], "reason": r["reason"],
                         "candidate_ms": r["candidate_ms"], "speedup_vs_eager": r["speedup_vs_eager"],
                         "speedup_vs_compiled": r["speedup_vs_compiled"], "finished": r["finished_at"] is not None}

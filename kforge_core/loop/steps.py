@@ -67,7 +67,7 @@ class CandidateSteps:
             roofline=verdict.roofline if verdict else None, candidate_ms=best.candidate_ms,
             eager_ms=verdict.eager_ms if verdict else None, compiled_ms=verdict.compiled_ms if verdict else None,
             screenshots=self._screenshots_for(best), screenshots_note=self._screenshots_note(best),
-            history=list(self.state.history), evaluation=self._evaluation_facts())
+            history=list(self.state.history), evaluation=self._evaluation_facts(), iteration=best.iteration)
         agent = self.analyzer
         # LLM agents say what they will send before the call (so the record reads prompt, then the streamed reply);
         # rule-based agents have no prompt method, and their result's `prompt` (if any) is recorded afterwards.
@@ -199,6 +199,7 @@ class CandidateSteps:
             self.state.correct_attempts.append(attempt)
         if attempt.correct and is_faster(attempt, self.state.best):
             self.state.best = attempt
+            self.state.best_speedups = (verdict.speedup_vs_eager, verdict.speedup_vs_compiled)
             yield BestUpdated(iteration=i, candidate_ms=verdict.candidate_ms,
                               speedup_vs_eager=verdict.speedup_vs_eager,
                               speedup_vs_compiled=verdict.speedup_vs_compiled, eager_ms=verdict.eager_ms,

@@ -92,6 +92,12 @@ class LoopState:
     endpoint_wait_s: float = 0.0  # how long the loop waits before its next step (after a failed model call)
     correct_attempts: list[Attempt] = field(default_factory=list)  # the contenders of the final head-to-head
     head_to_head_done: bool = False
+    # the best's speedups vs eager and torch.compile as last announced (its own verdict's, or the head-to-head's)
+    best_speedups: tuple[float | None, float | None] = (None, None)
+
+    def best_slower_than_eager(self) -> bool:
+        eager = self.best_speedups[0]
+        return self.best is not None and eager is not None and eager < 1.0
 
 
 def is_faster(attempt: Attempt, best: Attempt | None) -> bool:

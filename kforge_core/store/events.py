@@ -64,6 +64,7 @@ class EventKind(StrEnum):
     RETRY = "retry"
     EVAL_STAGE = "eval_stage"
     HEAD_TO_HEAD = "head_to_head"
+    SLOWER_THAN_BASELINE = "slower_than_baseline"
 
 
 EVENT_KINDS = frozenset(k.value for k in EventKind)

@@ -221,9 +221,11 @@ class RunsMixin(IterationsMixin):
             self._set(run_id, {"status": RunStatus.RUNNING.value, "worker_pid": pid or os.getpid(),
                                "heartbeat_at": utc_now()})
 
-    def finish_run(self, run_id: str, status: str, error: str | None = None, stop_reason: str = "") -> int:
+    def finish_run(self, run_id: str, status: str, error: str | None = None, stop_reason: str = "",
+                   best_slower_than: list[str] | tuple[str, ...] = (), use: str | None = None) -> int:
         """End the run as succeeded / failed / unsupported / cancelled; appends `run_finished` (with the loop's
-        `stop_reason`, why it stopped, in words) and returns its seq.
+        `stop_reason`, why it stopped, in words; `best_slower_than`, the measured baselines its best program loses
+        to, and `use`, what to use instead, when the loop says so) and returns its seq.
 
         Allowed from `interrupted` too: a worker wrongly presumed dead (e.g. a suspended laptop) keeps its result.
         """
@@ -239,6 +241,8 @@ class RunsMixin(IterationsMixin):
                     **{k: run[k] for k in ("best_iteration", "best_speedup_vs_eager", "best_speedup_vs_compiled")}}
             if stop_reason:
                 data["stop_reason"] = stop_reason
+            if use is not None:
+                data.update(best_slower_than=list(best_slower_than), use=use)
             return self._insert_event(run_id, EventKind.RUN_FINISHED, data, None)
 
     def resume_run(self, run_id: str, pid: int | None = None) -> int | None:
