@@ -126,6 +126,15 @@ def does_not_fit(sizes: Sizes, platform, held: int) -> str:
             f"{room[0] / GiB:.3g} GiB of {room[1] / GiB:.3g} GiB is available")
 
 
+def ran_out(what: str, e: BaseException, platform) -> str:
+    """The problem error for an out-of-memory before the candidate ran: what ran out, what is available."""
+    room = available(platform, current(platform))
+    text = str(e).strip().splitlines()
+    return (f"the problem does not fit in this device's memory: {what} ran out of memory"
+            + (f" ({room[0] / GiB:.3g} GiB of {room[1] / GiB:.3g} GiB available)" if room else "")
+            + f": {type(e).__name__}: {text[0][:300] if text else ''}")
+
+
 def out_of_memory(e: BaseException) -> bool:
     return isinstance(e, (MemoryError, torch.cuda.OutOfMemoryError)) or any(
         s in str(e) for s in ("out of memory", "Cannot allocate memory", "can't allocate memory"))

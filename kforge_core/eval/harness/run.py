@@ -71,9 +71,11 @@ def _load_reference(request: dict, workdir: Path, platform):
         try:
             inputs = _make_inputs_on(module.get_inputs, platform, seed, device, on_device)
             check_inputs(inputs)
+            return to_device(list(inputs), device)
         except Exception as e:  # noqa: BLE001
+            if footprint.out_of_memory(e):
+                raise ProblemFailure(footprint.ran_out("making its inputs", e, platform)) from e
             raise ProblemFailure(f"get_inputs() failed: {type(e).__name__}: {e}") from e
-        return to_device(list(inputs), device)
 
     try:
         init = _seeded(platform, 0, module.get_init_inputs)
@@ -132,12 +134,10 @@ def _reference_checks(ref_model, make_inputs, platform, policy, memory) -> tuple
         except Exception as e:  # noqa: BLE001
             if not footprint.out_of_memory(e):
                 raise
-            room = footprint.available(platform, footprint.current(platform))
-            raise ProblemFailure(
-                f"the problem does not fit in this device's memory: the reference's first forward ran out of memory "
-                f"({memory.sizes.describe()} before it ran"
-                + (f"; {room[0] / footprint.GiB:.3g} GiB of {room[1] / footprint.GiB:.3g} GiB available" if room
-                   else "") + f"): {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}") from e
+            sizes = memory.sizes
+            raise ProblemFailure(footprint.ran_out(
+                f"the reference's first forward (inputs {sizes.inputs / footprint.GiB:.3g} GiB, parameters "
+                f"{sizes.params / footprint.GiB:.3g} GiB)", e, platform)) from e
         memory.sizes.outputs = tensor_bytes(out_a)
         memory.sizes.work = max(0, footprint.peak(platform) - footprint.current(platform))
         del x
