@@ -29,6 +29,7 @@ import torch
 from . import launches
 from .compare import fingerprint
 from .loading import clone
+from .remote import fresh_rng_seed, seed_for_call
 
 
 @dataclass
@@ -93,7 +94,7 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
             inputs = make_inputs(seed_base + i)
             pristine = fingerprint(inputs) if verify else None
             launches.reset()
-            platform.seed(seed_base + i)
+            seed_for_call(platform, model, fresh_rng_seed())
             out = call(model, inputs)
             platform.synchronize()
             if verify:
@@ -107,6 +108,7 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
         if trial >= opts.min_trials and opts.settle and all(median_settled(v, opts.settle) for v in samples.values()):
             break
         inputs = make_inputs(seed_base + 100 + trial)
+        rng_seed = fresh_rng_seed()  # every model of the trial draws the same random numbers (Dropout...)
         pristine = fingerprint(inputs) if verify else None
         outputs: dict[str, object] = {}
         launched: dict[str, int] = {}
@@ -116,9 +118,14 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
             if isinstance(model, RemoteModel):
                 model.request({"op": "time", "trial": trial, "seed": seed_base + 100 + trial})
                 continue
-            platform.seed(seed_base + 100 + trial)
-            platform.flush_cache()
+            seed_for_call(platform, model, rng_seed)
             launches.reset()
+            if hasattr(model, "timed_call"):  # the candidate in its own process: timed there, bracketed here
+                ms, outputs[name] = model.timed_call(inputs)
+                samples[name].append(ms)
+                launched[name] = launches.total()
+                continue
+            platform.flush_cache()
             box = []
             samples[name].append(timer.time_ms(lambda: box.append(call(model, inputs))))
             outputs[name], launched[name] = box[0], launches.total()
