@@ -121,8 +121,10 @@ with rules_tab:
     # Rule texts name dunders (__import__, __init__) that markdown would turn into bold.
     st.markdown(rules_markdown())
     st.markdown("##### Tolerances")
-    st.caption("An output passes when every element satisfies |got − want| ≤ atol + rtol·|want|, nothing is NaN "
-               "or Inf, and the relative L2 error is at most rel_l2_max. Integers and booleans compare exactly.")
+    st.caption("An output passes when every element satisfies |got − want| ≤ atol + rtol·|want| and nothing is NaN "
+               "or Inf; a constant output (zeros included) must also have a relative L2 error of at most rel_l2_max, "
+               "so it cannot pass on a reference whose values are small next to atol. Integers and booleans compare "
+               "exactly.")
     rows = []
     for name, policy in POLICIES.items():
         for dtype_label, tol in (("fp32", policy.fp32), ("fp16", policy.half), ("bf16", policy.bf16),

@@ -2,13 +2,15 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|judge|isolation|bench|fidelity|builtin] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   bash scripts/gpu_check.sh [all|probe|tests|judge|isolation|bench|fidelity|builtin|footprint] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
 #   judge: the judge split on the GPU (docs/EVALUATOR.md): the examples judged out of process and in one process,
 #   hostile variants that must fail because the judge is out of reach, then time to verdict judged vs one process
 #   isolation: the OS isolation of evaluation children on the GPU (docs/EVALUATOR.md), required rather than best
 #   effort: the CPU isolation tests and three CUDA/Triton evaluations, as root and as an ordinary user
 #   fidelity: bench/timing_fidelity.py on CUDA (same candidate evaluated 5 times: spread of its speedup)
 #   builtin: bench/builtin_gallery.py on CUDA, resumable (copy a returned builtin_cuda.json into $OUT to go on)
+#   footprint: bench/eval_footprint.py on CUDA: the evaluator's peak device memory against the problem's own tensors,
+#   for a GELU at KernelBench's own 26_GELU_ sizes (4096 x 393216 fp32: 6 GiB in, 6 GiB out); goal peak <= 3x
 #
 # Never changes GPU settings (clocks, power, MIG); ncu runs with --clock-control none.
 set -uo pipefail
@@ -117,6 +119,12 @@ builtin() {  # the built-in synthesizer over the gallery on CUDA (resumable: row
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
+footprint() {  # the evaluator's memory at KernelBench's sizes (issue 26: out of memory on 6-8 GiB inputs)
+  echo "== evaluator footprint, CUDA"
+  "$PY" bench/eval_footprint.py --target cuda "$@" 2>&1 | tee "$OUT/footprint.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+}
+
 case "$MODE" in
   probe) probe ;;
   tests) probe; tests; inline_report ;;
@@ -125,8 +133,9 @@ case "$MODE" in
   bench) bench "$@" ;;
   fidelity) fidelity "$@" ;;
   builtin) probe; builtin "$@" ;;
+  footprint) probe; footprint "$@" ;;
   all) probe; tests; inline_report; isolation; bench "$@"; fidelity ;;
-  *) echo "usage: $0 [all|probe|tests|judge|isolation|bench|fidelity|builtin] [bench args]"; exit 2 ;;
+  *) echo "usage: $0 [all|probe|tests|judge|isolation|bench|fidelity|builtin|footprint] [bench args]"; exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1
 [ -f "$OUT/time_to_verdict_gpu.md" ] && cat "$OUT/time_to_verdict_gpu.md"

@@ -44,7 +44,65 @@ def test_nan_anywhere_fails_with_its_first_index(chunk):
 def test_zero_output_for_tiny_reference_fails_on_relative_l2(chunk):
     w = torch.full((13, 11), 1e-6)
     c = compare_outputs(torch.zeros_like(w), w, get_policy("default"))
-    assert not c.passed and "relative L2" in c.detail
+    assert not c.passed and "relative L2" in c.detail and "constant output" in c.detail
+
+
+def test_constant_output_for_tiny_varying_reference_fails(chunk):
+    w = torch.randn(13, 11) * 1e-9
+    c = compare_outputs(torch.full_like(w, 3e-10), w, get_policy("default"))
+    assert not c.passed and "constant output" in c.detail
+
+
+def test_varying_output_around_1e9_within_tolerance_passes_with_a_note(chunk):
+    """Rounding noise: every element within atol + rtol |want|, relative L2 about 1. The element-wise bound
+    decides; the note says the check there was absolute."""
+    w = torch.randn(13, 11) * 1e-9
+    g = torch.randn(13, 11) * 1e-9
+    c = compare_outputs(g, w, get_policy("default"))
+    assert c.passed, c.detail
+    assert c.notes and "relative L2" in c.notes[0] and not c.zero
+
+
+def test_exact_constant_for_a_nearly_constant_reference_passes(chunk):
+    """The row sums of a softmax are 1 up to rounding: exactly 1.0 is right (relative L2 about 1e-7)."""
+    w = 1.0 + torch.randn(13, 11) * 1e-7
+    c = compare_outputs(torch.ones(13, 11), w, get_policy("default"))
+    assert c.passed and not c.notes, c.detail
+
+
+def test_tiny_scalar_within_tolerance_passes(chunk):
+    """One element is no 'constant output': a loss of 1e-9 computed as 1.2e-9 is within atol."""
+    c = compare_outputs(torch.tensor(1.2e-9), torch.tensor(1e-9), get_policy("default"))
+    assert c.passed and c.notes
+
+
+def test_zero_outputs_are_reported_as_zero(chunk):
+    w = torch.zeros(13, 11)
+    c = compare_outputs([torch.zeros_like(w), torch.zeros(3)], [w, torch.zeros(3)], get_policy("default"))
+    assert c.passed and c.zero
+    c = compare_outputs([torch.zeros_like(w), torch.ones(3)], [w, torch.ones(3)], get_policy("default"))
+    assert c.passed and not c.zero
+    c = compare_outputs(torch.full((13, 11), 1e-5), w, get_policy("default"))  # constant, nonzero for zero
+    assert not c.passed and "constant output" in c.detail
+
+
+def test_tensors_equal_and_fingerprints_across_chunks(chunk):
+    """Equality (NaN equal to NaN, -0.0 to 0.0) and fingerprints: the same answer in one chunk or many."""
+    a = torch.randn(13, 11)
+    a[3, 4] = float("nan")
+    a[5, 5] = 0.0
+    b = a.clone()
+    b[5, 5] = -0.0
+    assert compare.tensors_equal(a, b) and compare.fingerprint(a) == compare.fingerprint(b)
+    b[12, 10] = torch.nextafter(b[12, 10], torch.tensor(10.0))  # one step, in the last chunk
+    assert not compare.tensors_equal(a, b) and compare.fingerprint(a) != compare.fingerprint(b)
+    for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.bool, torch.complex64):
+        x = (torch.randn(40) * 4).to(dtype)
+        y = x.clone()
+        y[39] = ~y[39] if dtype == torch.bool else y[39] + 1
+        assert compare.fingerprint([x, 2]) == compare.fingerprint([x.clone(), 2])
+        assert compare.fingerprint(x) != compare.fingerprint(y), dtype
+    assert compare.fingerprint([a, 2]) != compare.fingerprint([a, 3])  # the scalars count too
 
 
 def test_complex_and_integer_outputs(chunk):
@@ -90,3 +148,18 @@ def test_fp16_keeps_the_half_tolerance():
     got = want.clone()
     got[0] = 2.0 + 0.031  # within rtol 1.6e-2 of 2.0 but outside fp16's 1e-2
     assert not compare_outputs(got, want, policy).passed
+
+
+def test_footprint_says_when_a_problem_cannot_fit():
+    """Before the evaluation: the bound (inputs twice and outputs twice, or inputs once and outputs three times,
+    both models' parameters, the reference's working memory) against what the device has, with the numbers."""
+    from kforge_core.eval.harness import footprint
+    from kforge_core.platform import get_platform
+
+    sizes = footprint.Sizes(inputs=1 << 50, params=1 << 20, outputs=1 << 50, work=0)
+    assert sizes.live == (1 << 51) + (1 << 20)
+    assert sizes.needed() == 2 * (1 << 20) + 4 * (1 << 50)
+    why = footprint.does_not_fit(sizes, get_platform("cpu"), held=0)
+    assert "does not fit" in why and "needs about 4.19e+06 GiB" in why and "available" in why, why
+    assert footprint.does_not_fit(footprint.Sizes(inputs=1024, outputs=1024), get_platform("cpu"), held=0) == ""
+    assert footprint.Sizes(inputs=1, outputs=10).needed() == 31  # outputs three times beat inputs twice

@@ -103,8 +103,9 @@ def test_stale_buffer(verdicts):
 
 def test_zero_output_on_tiny_values(verdicts):
     """Zero outputs pass an absolute tolerance when the outputs are tiny (KernelBench's allclose with atol=1e-2
-    on outputs ~1e-6). Rejected by the relative-L2 bound."""
-    assert_status(verdicts["zero_output"], "incorrect", "relative L2")
+    on outputs ~1e-6). Rejected: a constant output for a reference small next to atol must be close in relative L2
+    too."""
+    assert_status(verdicts["zero_output"], "incorrect", "constant output", "relative L2")
 
 
 def test_nan_output(verdicts):

@@ -50,6 +50,9 @@ class Verdict:
     # baseline server timed it (built once per run), None when this evaluation's child compiled its own
     baseline: dict | None = None
     noisy: list[str] = field(default_factory=list)  # timings whose trials disagree beyond the bounds below
+    # the evaluation's memory (harness/footprint.py): the problem's own tensor sizes, the bound the evaluation needs
+    # and each phase's measured peak
+    memory: dict | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

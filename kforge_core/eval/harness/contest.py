@@ -16,7 +16,7 @@ from ...errors import CompileError
 from ..rules import check_candidate
 from ..tolerance import get_policy
 from . import context, guards, progress
-from .compare import compare_outputs, tensors_equal
+from .compare import compare_outputs, fingerprint
 from .loading import candidate_class, clone, import_file
 from .timing import RemoteModel, TimingOptions, time_models
 
@@ -61,7 +61,7 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
 
     def verify(what, inputs, pristine, outputs, launched) -> None:
         _raise_guard_findings(state, identities=False)
-        if not tensors_equal(inputs, pristine):
+        if fingerprint(inputs) != pristine:
             raise ContestFailure(f"a contender modified its inputs in {what}")
         for name in names:
             if name not in outputs:

@@ -16,6 +16,7 @@ below what the judge measured around the call (less the channel's own round trip
 from __future__ import annotations
 
 import os
+import random
 import socket
 import statistics
 import time
@@ -47,6 +48,7 @@ class RemoteCandidate:
         self.device = device
         self.arena: shared.Arena | None = None
         self.out_reserve = 1 << 16
+        self.next_rng_seed: int | None = None  # see seed_for_call
         self.training = False
         self.aten_ops: set[str] = set()
         self._last_inputs: tuple = ()
@@ -101,9 +103,14 @@ class RemoteCandidate:
         self.training = bool(reply.get("training"))
         return self, {"build_s": float(reply.get("build_s") or 0.0), "builds": list(reply.get("builds") or [])}
 
-    def expect_outputs(self, outputs) -> None:
-        """Room in the arena for outputs like the reference's (a larger output is described, not copied)."""
-        self.out_reserve = max(self.out_reserve, shared.total_bytes(outputs))
+    def _take_rng_seed(self) -> int | None:
+        seed, self.next_rng_seed = self.next_rng_seed, None
+        return seed
+
+    def expect_output_bytes(self, nbytes: int, count: int) -> None:
+        """Room in the arena for outputs like the reference's, `count` tensors of `nbytes` in all (a larger output
+        is described, not copied)."""
+        self.out_reserve = max(self.out_reserve, nbytes + 2 * shared.ALIGN * max(count, 1))
 
     def after_call(self) -> None:
         pass  # the candidate's process checks its guards after every call and reports a violation in the reply
@@ -160,7 +167,7 @@ class RemoteCandidate:
         first = self._calls == 0
         self._calls += 1
         reply = self._ask({"op": "call", "inputs": layout, "out_offset": out_offset, "reuse": reuse,
-                           "record_ops": first}, fds)
+                           "record_ops": first, "rng_seed": self._take_rng_seed()}, fds)
         self._last_inputs = inputs
         if first:
             self.aten_ops = {str(op) for op in reply.get("aten_ops") or []}
@@ -184,7 +191,7 @@ class RemoteCandidate:
         if self.round_trip_ms is None:
             self.calibrate()
         layout, out_offset, fds = self._put_inputs(tuple(inputs))
-        self._ask({"op": "prep", "inputs": layout}, fds)
+        self._ask({"op": "prep", "inputs": layout, "rng_seed": self._take_rng_seed()}, fds)
         t0 = time.perf_counter_ns()
         reply = self._ask({"op": "time"})
         wall_ms = (time.perf_counter_ns() - t0) / 1e6
@@ -240,3 +247,18 @@ def connect(request: dict, device: torch.device) -> RemoteCandidate | None:
         return None
     context.request = dict(request)
     return RemoteCandidate(int(fd), device)
+
+
+def fresh_rng_seed() -> int:
+    """A seed for the random numbers a forward draws (Dropout...), drawn apart from the input seeds: a candidate
+    told it learns nothing about the inputs to come."""
+    return random.SystemRandom().getrandbits(62)
+
+
+def seed_for_call(platform, model, rng_seed: int) -> None:
+    """The same random numbers for the reference and the candidate (the policy for problems that draw random
+    numbers): this process's generators, and for a candidate in its own process the seed its next call starts
+    from."""
+    platform.seed(rng_seed)
+    if isinstance(model, RemoteCandidate):
+        model.next_rng_seed = rng_seed

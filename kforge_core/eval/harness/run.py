@@ -18,11 +18,12 @@ from ...errors import CompileError
 from ...platform import TimingIntegrityError, get_platform
 from ..rules import check_candidate
 from ..tolerance import get_policy
-from . import context, guards, launches, progress, watchdog, work
-from .compare import compare_outputs, describe, flatten, tensors_equal
-from .correctness import check_correctness
+from . import context, footprint, guards, launches, progress, watchdog, work
+from .compare import compare_outputs, describe, fingerprint, flatten, tensors_equal
+from .correctness import check_correctness, held_elsewhere
+from .loading import (CandidateShapeError, candidate_class, check_inputs, clone, import_file, size_overrides,
+                      tensor_bytes, to_device)
 from .remote import RemoteFailure, connect
-from .loading import CandidateShapeError, candidate_class, check_inputs, clone, import_file, size_overrides, to_device
 from .timing import RemoteModel, TimingOptions, compile_baseline, time_models
 
 
@@ -71,9 +72,11 @@ def _load_reference(request: dict, workdir: Path, platform):
         try:
             inputs = _make_inputs_on(module.get_inputs, platform, seed, device, on_device)
             check_inputs(inputs)
+            return to_device(list(inputs), device)
         except Exception as e:  # noqa: BLE001
+            if footprint.out_of_memory(e):
+                raise ProblemFailure(footprint.ran_out("making its inputs", e, platform)) from e
             raise ProblemFailure(f"get_inputs() failed: {type(e).__name__}: {e}") from e
-        return to_device(list(inputs), device)
 
     try:
         init = _seeded(platform, 0, module.get_init_inputs)
@@ -85,22 +88,67 @@ def _load_reference(request: dict, workdir: Path, platform):
     return module, list(init), ref_model, make_inputs
 
 
-def _reference_checks(ref_model, make_inputs, platform) -> tuple[list[str], list, list]:
-    """Determinism and input dependence of the reference; returns (warnings, inputs, outputs) of seed 0."""
+REFERENCE_RNG_SEED = 12345  # the reference's checks run right after this seed (the same one before both runs)
+
+
+def _rng_state(platform) -> list:
+    states = [torch.get_rng_state()]
+    if platform.device_type == "cuda" and torch.cuda.is_available():
+        states.append(torch.cuda.get_rng_state())
+    return states
+
+
+def _private(out):
+    """`out`, or a copy where any output's memory is held elsewhere too (an internal buffer of the model the next
+    call may write again): no copy of the outputs unless one is needed."""
+    for t in flatten(out):
+        if isinstance(t, torch.Tensor) and held_elsewhere(t):
+            return clone(out)
+    return out
+
+
+def _reference_checks(ref_model, make_inputs, platform, policy, memory) -> tuple[list[str], dict, bool]:
+    """Determinism and input dependence of the reference, and whether an evaluation of the problem fits in memory
+    (`memory.sizes` are filled in). Returns (warnings, the problem's description, whether the reference draws random
+    numbers). Holds at most the inputs twice and the outputs twice."""
     warnings = []
     inputs = make_inputs(0)
-    try:
+    memory.sizes.inputs = tensor_bytes(inputs)
+    memory.sizes.params = footprint.model_bytes(ref_model)
+
+    rng_used = []
+
+    def call(x):
+        platform.seed(REFERENCE_RNG_SEED)
+        before = _rng_state(platform)
         with torch.no_grad():
-            out_a = clone(ref_model(*clone(inputs)))
-            start = time.perf_counter()
-            out_b = clone(ref_model(*clone(inputs)))
-            platform.synchronize()
-            context.call_limit_s = watchdog.call_limit_s(time.perf_counter() - start)
-            # the ops the reference (and below, the comparison) dispatch: their kernels are watched (guards)
-            inputs1 = make_inputs(1)
-            out_c = clone(guards.record_ops(lambda: ref_model(*clone(inputs1)), guards.watched_ops,
-                                            guards.reference_ops))
+            out = ref_model(*x)
         platform.synchronize()
+        rng_used.append(any(not torch.equal(a, b) for a, b in zip(before, _rng_state(platform))))
+        return out
+
+    try:
+        x = clone(inputs)
+        footprint.reset_peak(platform)
+        try:
+            out_a = call(x)
+        except Exception as e:  # noqa: BLE001
+            if not footprint.out_of_memory(e):
+                raise
+            sizes = memory.sizes
+            raise ProblemFailure(footprint.ran_out(
+                f"the reference's first forward (inputs {sizes.inputs / footprint.GiB:.3g} GiB, parameters "
+                f"{sizes.params / footprint.GiB:.3g} GiB)", e, platform)) from e
+        memory.sizes.outputs = tensor_bytes(out_a)
+        memory.sizes.work = max(0, footprint.peak(platform) - footprint.current(platform))
+        del x
+        too_big = footprint.does_not_fit(memory.sizes, platform, footprint.current(platform))
+        if too_big:
+            raise ProblemFailure(too_big)
+        out_a = _private(out_a)
+        start = time.perf_counter()
+        out_b = call(clone(inputs))
+        context.call_limit_s = watchdog.call_limit_s(time.perf_counter() - start)
     except ProblemFailure:
         raise
     except Exception as e:  # noqa: BLE001
@@ -109,16 +157,39 @@ def _reference_checks(ref_model, make_inputs, platform) -> tuple[list[str], list
         if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and \
                 not bool(torch.isfinite(t).all()):
             raise ProblemFailure("the reference output contains NaN or Inf for the problem's own inputs")
-    if not tensors_equal(out_a, out_b):
-        c = compare_outputs(out_b, out_a, get_policy("default"))
-        raise ProblemFailure(f"the reference is not deterministic: two runs on the same inputs differ ({c.detail})")
+    # the comparison's own ops are watched like the reference's (guards: a replaced ATen kernel)
+    if not guards.record_ops(lambda: tensors_equal(out_a, out_b)):
+        c = guards.record_ops(lambda: compare_outputs(out_b, out_a, policy))
+        if not c.passed:
+            raise ProblemFailure(f"the reference is not deterministic: two runs on the same inputs after the same RNG "
+                                 f"seed disagree beyond the tolerance ({c.detail})")
+        warnings.append(f"the reference is not bit-for-bit deterministic (cuDNN algorithms, atomics): two runs on "
+                        f"the same inputs differ within the tolerance ({c.detail}); ModelNew is compared with it "
+                        f"within the same tolerance")
+    if any(rng_used):
+        warnings.append("the reference draws random numbers (Dropout in training mode, torch.rand...): the reference "
+                        "and ModelNew each run right after the same RNG seed, in the mode the problem leaves the "
+                        "model in, so ModelNew matches only if it draws the same numbers through torch's generator, "
+                        "in the same order")
+    info = {"inputs": [describe(t) for t in flatten(inputs)], "outputs": [describe(t) for t in flatten(out_a)]}
+    guards.record_ops(lambda: fingerprint(out_a))
+    out_b = inputs = None  # freed before the next call
+    try:
+        inputs1 = make_inputs(1)
+        with torch.no_grad():
+            # the ops the reference (and below, the comparison) dispatch: their kernels are watched (guards)
+            out_c = guards.record_ops(lambda: call(inputs1), guards.watched_ops, guards.reference_ops)
+        inputs1 = None
+    except ProblemFailure:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ProblemFailure(f"the reference Model raised {type(e).__name__}: {str(e)[:500]}") from e
     # degenerate when the output for other inputs would pass as the output for these (equal or within tolerance,
-    # e.g. the row sums of a softmax): then a kernel returning a constant passes too
-    if guards.record_ops(lambda: tensors_equal(out_a, out_c) or
-                         compare_outputs(out_c, out_a, get_policy("default")).passed):
+    # e.g. the row sums of a softmax): then a kernel that ignores its inputs passes too
+    if guards.record_ops(lambda: tensors_equal(out_a, out_c) or compare_outputs(out_c, out_a, policy).passed):
         warnings.append("degenerate problem: the reference's output does not depend on its inputs, so a kernel that "
                         "returns a constant would pass")
-    return warnings, inputs, out_a
+    return warnings, info, any(rng_used)
 
 
 def run(request: dict, workdir: Path) -> dict:
@@ -168,10 +239,13 @@ class _InProcess:
 
 def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> dict:
     progress.stage("loading the problem", pid=os.getpid())  # the process a cancel kills (with its group)
+    memory = footprint.Phases(platform)
+    memory.enter("reference checks")
     module, init, ref_model, make_inputs = _load_reference(request, workdir, platform)
-    ref_warnings, inputs0, outputs0 = _reference_checks(ref_model, make_inputs, platform)
-    problem_info = {"inputs": [describe(x) for x in flatten(inputs0)],
-                    "outputs": [describe(x) for x in flatten(outputs0)], "warnings": ref_warnings}
+    policy = get_policy(request.get("tolerance", "default"))
+    ref_warnings, problem_info, draws_random = _reference_checks(ref_model, make_inputs, platform, policy, memory)
+    problem_info["warnings"] = ref_warnings
+    footprint.release(platform)
     if request.get("mode") == "head_to_head":
         # import circle (justified): the head-to-head contest is one mode of a run, and reuses the run's guard and
         # seeding helpers rather than copying them
@@ -179,11 +253,12 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
 
         return run_contest(request, workdir, platform, timer, state, ref_model, init, make_inputs)
     if request.get("mode") == "validate":
+        inputs0 = make_inputs(0)
         ms = platform.make_timer().time_ms(lambda: ref_model(*inputs0))
         return {"status": "correct", "reason": "problem is valid", "problem": {**problem_info, "reference_ms": ms}}
 
     base = {"problem": problem_info, "warnings": list(ref_warnings), "device": platform.device_name(),
-            "target": platform.name}
+            "target": platform.name, "memory": memory.report()}
     cand_path = workdir / "candidate.py"
     source = cand_path.read_text()
     if guards.disarmed():
@@ -203,7 +278,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
     progress.stage("building the candidate")
     if remote is not None:  # the candidate's own process imports and builds it; this one never does
         new_model, loaded = remote.load()
-        remote.expect_outputs(outputs0)
+        remote.expect_output_bytes(memory.sizes.outputs, len(problem_info["outputs"]))
         side = remote
     else:
         new_model, loaded = load_candidate(cand_path, platform, state, init, ref_model)
@@ -212,11 +287,11 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
         return _verdict(**loaded, **base)
     base.update(loaded)
 
-    policy = get_policy(request.get("tolerance", "default"))
     base["tolerance"] = policy.to_dict()
     # Seeds the candidate cannot predict (nothing can be precomputed for them); recorded in the checks.
     first_seed = random.SystemRandom().randrange(1 << 20, 1 << 40)
     seeds = list(range(first_seed, first_seed + int(request.get("seeds", 5))))
+    memory.enter("correctness")
     try:
         res = check_correctness(ref_model, new_model, make_inputs, policy, platform, seeds,
                                 after_call=side.after_call)
@@ -229,7 +304,12 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
     except ProblemFailure:
         raise
     except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
-        return _verdict("runtime_error", _describe_exception("ModelNew.forward", e, str(cand_path)), **base)
+        return _verdict("runtime_error", _describe_exception("ModelNew.forward", e, str(cand_path), memory), **base)
+    footprint.release(platform)
+    base["memory"] = memory.report()
+    if res.status == "incorrect" and draws_random:
+        res.reason += (" (the reference draws random numbers: both run right after the same RNG seed, so ModelNew "
+                       "must draw the same numbers through torch's generator, in the same order)")
     if remote is not None:  # what the candidate's forward dispatched and took was measured in its own process
         res.aten_ops, res.forward_ns = remote.aten_ops, remote.forward_ns
     base.update(checks=res.checks, max_abs_error=res.max_abs_error, max_rel_error=res.max_rel_error,
@@ -244,6 +324,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
         checked_share = work.share(res.kernel_ns, res.forward_ns) if platform.synchronous_kernels else None
         timed_share = profiled_share = None
         if request.get("timing", True):
+            memory.enter("timing")
             try:
                 timing = _time(request, ref_model, new_model, make_inputs, platform, timer, side)
             except RemoteFailure:
@@ -255,7 +336,10 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
             except TimingIntegrityError as e:
                 return _verdict("rejected", str(e), **base)
             except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
-                return _verdict("runtime_error", _describe_exception("timing ModelNew", e, str(cand_path)), **base)
+                return _verdict("runtime_error", _describe_exception("timing ModelNew", e, str(cand_path), memory),
+                                **base)
+            footprint.release(platform)
+            base["memory"] = memory.report()
             if "failure" in timing:
                 return _verdict(timing["failure"][0], timing["failure"][1], **base)
             base["warnings"].extend(timing.pop("warnings"))
@@ -379,13 +463,16 @@ def candidate_frames(exc: BaseException, candidate_file: str) -> str:
     return "; ".join(lines[-3:])
 
 
-def _describe_exception(where: str, e: BaseException, cand_file: str) -> str:
+def _describe_exception(where: str, e: BaseException, cand_file: str, memory=None) -> str:
     frames = candidate_frames(e, cand_file)
     msg = str(e).strip().splitlines()
     text = f"{where} raised {type(e).__name__}: {msg[0][:400] if msg else ''}"
-    if isinstance(e, MemoryError) or any(s in str(e) for s in ("can't allocate memory", "Cannot allocate memory",
-                                                                "out of memory")):
+    if footprint.out_of_memory(e):
         text += " — it ran out of memory (the evaluation's memory limit)"
+        if memory is not None:
+            text += (f"; the problem's own tensors take {memory.sizes.live / footprint.GiB:.3g} GiB "
+                     f"({memory.sizes.describe()}), the evaluation needs about "
+                     f"{memory.sizes.needed() / footprint.GiB:.3g} GiB besides ModelNew's own memory")
     if isinstance(e, SystemExit):
         text += " — candidate code may not exit the evaluation"
     return f"{text} ({frames})" if frames else text
@@ -427,7 +514,7 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
         if launched.get("candidate", 0) == 0:
             raise TimingFailure("rejected", f"ModelNew ran no kernel it compiled in {what} (it skipped its kernels "
                                             f"once timing started: cached or precomputed results?) [rule must-launch]")
-        if not tensors_equal(inputs, pristine):
+        if fingerprint(inputs) != pristine:
             raise TimingFailure("incorrect", f"ModelNew modified its inputs in {what} [rule no-input-mutation]")
         if "eager" in outputs:
             c = compare_outputs(outputs["candidate"], outputs["eager"], policy)

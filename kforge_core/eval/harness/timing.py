@@ -7,9 +7,13 @@ bound before candidate import.
 
 Every trial gets new input values from a seed the candidate cannot predict: a result cached by address, version,
 shape or content (or precomputed for known seeds) never hits, so a timed call has to do the work. After each
-trial, outside the timed region, `verify` sees the inputs (and a pristine copy), every model's output and how many
-compiled kernels each call launched: the caller checks the candidate's output against the eager reference's on the
-same inputs (warm-up detection: every timed call is checked, not only the last), must-launch, and input mutation.
+trial, outside the timed region, `verify` sees the inputs (and their fingerprint from before the calls), every
+model's output and how many compiled kernels each call launched: the caller checks the candidate's output against
+the eager reference's on the same inputs (warm-up detection: every timed call is checked, not only the last),
+must-launch, and input mutation. Every call runs right after the same RNG seed within a trial (problems that draw
+random numbers, such as Dropout in training mode, give eager and the candidate the same numbers).
+
+Memory: one trial's inputs and each model's output of that trial, nothing from the trial before.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import Callable
 import torch
 
 from . import launches
+from .compare import fingerprint
 from .loading import clone
+from .remote import fresh_rng_seed, seed_for_call
 
 
 @dataclass
@@ -63,7 +69,8 @@ class RemoteModel:
             self.failed = str(answer["error"])[:300]
 
 
-# verify(what, inputs, pristine, outputs, launched): raise to stop timing
+# verify(what, inputs, pristine, outputs, launched): raise to stop timing; `pristine` is the inputs' fingerprint
+# (compare.fingerprint) taken before the calls
 Verify = Callable[[str, list, list, dict, dict], None]
 
 
@@ -85,12 +92,14 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
                 model.request({"op": "warm", "seed": seed_base + i})
                 continue
             inputs = make_inputs(seed_base + i)
-            pristine = clone(inputs) if verify else None
+            pristine = fingerprint(inputs) if verify else None
             launches.reset()
+            seed_for_call(platform, model, fresh_rng_seed())
             out = call(model, inputs)
             platform.synchronize()
             if verify:
                 verify(f"warm-up call {i + 1} of {name}", inputs, pristine, {name: out}, {name: launches.total()})
+            del inputs, out
 
     samples: dict[str, list[float]] = {name: [] for name, m in models.items() if not isinstance(m, RemoteModel)}
     deadline = time.monotonic() + opts.budget_s
@@ -99,7 +108,8 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
         if trial >= opts.min_trials and opts.settle and all(median_settled(v, opts.settle) for v in samples.values()):
             break
         inputs = make_inputs(seed_base + 100 + trial)
-        pristine = clone(inputs) if verify else None
+        rng_seed = fresh_rng_seed()  # every model of the trial draws the same random numbers (Dropout...)
+        pristine = fingerprint(inputs) if verify else None
         outputs: dict[str, object] = {}
         launched: dict[str, int] = {}
         order = list(models.items())
@@ -108,6 +118,7 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
             if isinstance(model, RemoteModel):
                 model.request({"op": "time", "trial": trial, "seed": seed_base + 100 + trial})
                 continue
+            seed_for_call(platform, model, rng_seed)
             launches.reset()
             if hasattr(model, "timed_call"):  # the candidate in its own process: timed there, bracketed here
                 ms, outputs[name] = model.timed_call(inputs)
@@ -120,6 +131,7 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
             outputs[name], launched[name] = box[0], launches.total()
         if verify:
             verify(f"timed call {trial + 1}", inputs, pristine, outputs, launched)
+        del inputs, outputs, box  # before the next trial's inputs are made
         trial += 1
     return {name: summarize(s) for name, s in samples.items()}
 

@@ -125,8 +125,15 @@ class _Worker:
     def op_ping(self, msg: dict) -> dict:
         return {"ok": True}
 
+    def _seed(self, msg: dict) -> None:
+        """The judge's seed for the random numbers the next call draws (the reference ran right after it)."""
+        seed = msg.get("rng_seed")
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            self.platform.seed(seed)
+
     def op_call(self, msg: dict) -> dict:
         inputs = self._inputs(msg, reuse=bool(msg.get("reuse")))
+        self._seed(msg)
         launches.reset()
         ops: set[str] = set()
 
@@ -148,6 +155,7 @@ class _Worker:
     def op_prep(self, msg: dict) -> dict:
         self._inputs(msg)
         self.pending = None
+        self._seed(msg)
         self.platform.flush_cache()
         return {"ok": True}
 

@@ -1,0 +1,174 @@
+"""The evaluation's memory, inside the child: what the problem's own tensors take, whether an evaluation of it can
+fit on this device before it starts, the peak each phase reached, and giving cached device memory back between
+phases.
+
+The protocol's bound, besides the two models' parameters (the reference's and the candidate's copy) and the
+reference's own working memory: the inputs twice and the outputs twice (the reference's determinism check), or the
+inputs once and the outputs three times (a checked call: the reference's outputs, the candidate's, and the
+poisoning of fresh memory; a timed trial: candidate, eager and torch.compile outputs). See correctness.py.
+
+Peaks: on CUDA the caching allocator's own count (torch.cuda.max_memory_allocated); on the CPU the process's peak
+resident set (VmHWM, reset per phase through /proc/self/clear_refs where the kernel allows it).
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import asdict, dataclass
+
+import torch
+
+from . import guards
+from .loading import tensor_bytes
+
+GiB = float(1 << 30)
+
+
+@dataclass
+class Sizes:
+    inputs: int = 0  # one set of the problem's inputs
+    params: int = 0  # the reference model's parameters and buffers
+    outputs: int = 0  # one set of the reference's outputs
+    work: int = 0  # the reference's working memory: what one forward allocated beyond what it returned
+
+    @property
+    def live(self) -> int:
+        """The problem's own tensors: its inputs, parameters and outputs, once each."""
+        return self.inputs + self.params + self.outputs
+
+    def needed(self) -> int:
+        return 2 * self.params + max(2 * self.inputs + 2 * self.outputs, self.inputs + 3 * self.outputs) + self.work
+
+    def describe(self) -> str:
+        return (f"inputs {self.inputs / GiB:.3g} GiB, parameters {self.params / GiB:.3g} GiB, outputs "
+                f"{self.outputs / GiB:.3g} GiB, the reference's working memory {self.work / GiB:.3g} GiB")
+
+
+def model_bytes(model) -> int:
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        key = (t.untyped_storage().data_ptr(), t.device)
+        if key not in seen:
+            seen.add(key)
+            total += tensor_bytes(t)
+    return total
+
+
+def _cuda(platform) -> bool:
+    return platform.device_type == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _status_bytes(field: str) -> int:
+    try:
+        with guards.trusted(), open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def current(platform) -> int:
+    """Memory held now: device memory allocated by torch (CUDA), the resident set otherwise."""
+    return torch.cuda.memory_allocated() if _cuda(platform) else _status_bytes("VmRSS")
+
+
+def reset_peak(platform) -> None:
+    if _cuda(platform):
+        torch.cuda.reset_peak_memory_stats()
+        return
+    try:
+        with guards.trusted(), open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")  # resets VmHWM to the current resident set
+    except OSError:
+        pass  # then the peak counts from the start of the process
+
+
+def peak(platform) -> int:
+    return torch.cuda.max_memory_allocated() if _cuda(platform) else _status_bytes("VmHWM")
+
+
+def available(platform, held: int) -> tuple[int, int] | None:
+    """(bytes this evaluation could hold in all, the device's total), where known. `held`: what the evaluation's
+    own tensors take now (counted as available: they are part of what the bound needs)."""
+    if _cuda(platform):
+        free, total = torch.cuda.mem_get_info()
+        return free + torch.cuda.memory_reserved(), total
+    if platform.device_type != "cpu":
+        return None
+    mem_available = total = 0
+    try:
+        with guards.trusted(), open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    mem_available = int(line.split()[1]) * 1024
+                elif line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    room = mem_available
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:  # the evaluation's memory limit (address space)
+        room = min(room, soft - _status_bytes("VmSize"))
+        total = min(total, soft)
+    return max(room, 0) + held, total
+
+
+def does_not_fit(sizes: Sizes, platform, held: int) -> str:
+    """Why an evaluation of this problem cannot fit here (the numbers), or ''."""
+    room = available(platform, held)
+    if room is None or sizes.needed() <= room[0]:
+        return ""
+    return (f"the problem does not fit in this device's memory: evaluating it needs about "
+            f"{sizes.needed() / GiB:.3g} GiB ({sizes.describe()}; the evaluation holds at most the inputs twice and "
+            f"the outputs twice, or the inputs once and the outputs three times, and both models' parameters), and "
+            f"{room[0] / GiB:.3g} GiB of {room[1] / GiB:.3g} GiB is available")
+
+
+def ran_out(what: str, e: BaseException, platform) -> str:
+    """The problem error for an out-of-memory before the candidate ran: what ran out, what is available."""
+    room = available(platform, current(platform))
+    text = str(e).strip().splitlines()
+    return (f"the problem does not fit in this device's memory: {what} ran out of memory"
+            + (f" ({room[0] / GiB:.3g} GiB of {room[1] / GiB:.3g} GiB available)" if room else "")
+            + f": {type(e).__name__}: {text[0][:300] if text else ''}")
+
+
+def out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, (MemoryError, torch.cuda.OutOfMemoryError)) or any(
+        s in str(e) for s in ("out of memory", "Cannot allocate memory", "can't allocate memory"))
+
+
+def release(platform) -> None:
+    """Give cached, unused device memory back between phases, so the next phase's different sizes can use it."""
+    if _cuda(platform):
+        platform.synchronize()
+        torch.cuda.empty_cache()
+
+
+class Phases:
+    """The peak of each phase of the evaluation, for the verdict's `memory` report and bench/eval_footprint.py."""
+
+    def __init__(self, platform):
+        self.platform = platform
+        self.start = current(platform)
+        self.sizes = Sizes()
+        self.peaks: dict[str, int] = {}
+        self._name: str | None = None
+
+    def enter(self, name: str) -> None:
+        self.leave()
+        reset_peak(self.platform)
+        self._name = name
+
+    def leave(self) -> None:
+        if self._name is not None:
+            self.peaks[self._name] = max(self.peaks.get(self._name, 0), peak(self.platform))
+            self._name = None
+
+    def report(self) -> dict:
+        self.leave()
+        return {"sizes": asdict(self.sizes), "live_bytes": self.sizes.live, "needed_bytes": self.sizes.needed(),
+                "start_bytes": self.start, "peak_bytes": dict(self.peaks),
+                "measure": "torch.cuda.max_memory_allocated" if _cuda(self.platform) else "VmHWM (peak RSS)"}
