@@ -13,7 +13,7 @@ from typing import Any
 from ..agents.base import Recommendation
 from .config import RunConfig
 from .feedback import history_entry
-from .types import ENDPOINT_FAILED, FUNCTIONAL, OPTIMIZATION, STOPPED, Attempt, LoopState, is_faster
+from .types import ENDPOINT_FAILED, FUNCTIONAL, OPTIMIZATION, START, STOPPED, Attempt, LoopState, is_faster
 from ..store import RunStore
 from ..eval.verdict import Verdict
 
@@ -44,7 +44,8 @@ def restore_state(store: RunStore, run_id: str, config: RunConfig) -> LoopState:
     by_index = {a.iteration: a for a in finished}
     if run["best_iteration"] is not None and run["best_iteration"] in by_index:
         state.best = by_index[run["best_iteration"]]
-    judged_functional = [a for a in functional if not a.endpoint_failure]
+    # the starting program is what a functional pass builds on until one of its own attempts is judged
+    judged_functional = [a for a in finished if a.pass_name in (START, FUNCTIONAL) and not a.endpoint_failure]
     state.last = judged_functional[-1] if judged_functional else None
     judged_optimization = [a for a in optimization if not a.endpoint_failure]
     state.last_optimization = judged_optimization[-1] if judged_optimization else None
