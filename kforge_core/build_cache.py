@@ -92,15 +92,6 @@ def lookup(platform: str, key: str) -> Path | None:
     return directory if files else None
 
 
-def forget(platform: str, key: str) -> None:
-    """Withdraw a published build (its index entry first, so no lookup finds it half removed)."""
-    try:
-        _index_path(platform, key).unlink()
-    except OSError:
-        pass
-    shutil.rmtree(cache_root() / platform / key, ignore_errors=True)
-
-
 def publish(platform: str, key: str, source_dir: Path, max_bytes: int = 1 << 30) -> Path:
     """Copy the regular files at the top of `source_dir` (a builder's output, untrusted: no symlinks followed, no
     special files, bounded size) into the cache as `key`, and write its index entry. Returns the published dir."""

@@ -28,9 +28,40 @@ from kforge_core.eval.harness import guards, native
     ("_ZN2at15set_num_threadsEi", "load_inline", False),
     ("cudaLaunchKernel", "load_inline_cuda", True), ("cudaLaunchKernel", "load_inline", False),
     ("open", "load_inline_cuda", False), ("syscall", "load_inline_cuda", False),
+    # what an honest load_inline CUDA build imports on the H100 image (CUDA 12.8 stubs, GCC 13's libstdc++)
+    ("__cudaLaunchKernel", "load_inline_cuda", True), ("__cudaGetKernel", "load_inline_cuda", True),
+    ("__cudaLaunchKernel", "load_inline", False), ("_ZSt21ios_base_library_initv", "cpp", True),
+    ("cudaIpcOpenMemHandle", "load_inline_cuda", False),
 ])
 def test_symbol_allow_list(symbol, kind, allowed):
     assert native.symbol_allowed(symbol, kind) is allowed
+
+
+def _compile_object(tmp_path, name: str, source: str):
+    import shutil
+    import subprocess
+
+    if not (shutil.which("g++") and shutil.which("nm")):
+        pytest.skip("needs g++ and binutils' nm")
+    (tmp_path / f"{name}.cpp").write_text(source)
+    subprocess.run(["g++", "-c", "-O1", "-o", str(tmp_path / f"{name}.o"), str(tmp_path / f"{name}.cpp")], check=True)
+    return tmp_path / f"{name}.o"
+
+
+def test_objects_may_call_what_their_sibling_objects_define(tmp_path, monkeypatch):
+    """A load_inline CUDA build is two objects: main.cpp's wrapper calls the launcher cuda.cu defines (seen on the
+    H100: `swish_bias_cuda(at::Tensor, at::Tensor)` was refused as an import). Calls between the build's own objects
+    pass; what neither defines is still vetted."""
+    monkeypatch.setattr(guards, "violations", [])  # _violate records what it refused
+    launcher = _compile_object(tmp_path, "launcher", "float launch_kernel(float x) { return x * 2.0f; }\n")
+    wrapper = _compile_object(tmp_path, "wrapper", "float launch_kernel(float);\nfloat run(float x) "
+                                                    "{ return launch_kernel(x); }\n")
+    native.vet_objects("load_inline", [launcher, wrapper], "load_inline")
+    with pytest.raises(guards.GuardViolation, match="launch_kernel"):
+        native.vet_objects("load_inline", [wrapper], "load_inline")
+    opener = _compile_object(tmp_path, "opener", "#include <fcntl.h>\nint grab() { return open(\"/etc/x\", 0); }\n")
+    with pytest.raises(guards.GuardViolation, match="open"):
+        native.vet_objects("load_inline", [launcher, wrapper, opener], "load_inline")
 
 
 def test_compiler_log_hides_text_of_other_files():

@@ -92,9 +92,11 @@ class BuildService:
 
         published: list[Path] = []
 
-        def collect(workdir: Path) -> None:
+        def collect(workdir: Path, result: dict | None) -> None:
+            # only a build that succeeded is published: what a failed one left in its output (the source, a
+            # dependency file) is not a build, and a later evaluation of the same source must fail the same way
             out = workdir / "out"
-            if out.is_dir() and not out.is_symlink():
+            if isinstance(result, dict) and result.get("ok") is True and out.is_dir() and not out.is_symlink():
                 published.append(build_cache.publish(platform, key, out))
 
         remaining = self._deadline - time.monotonic()
@@ -102,14 +104,7 @@ class BuildService:
             raise CompileError("no time left in the evaluation for this build")
         outcome = run_child({"mode": "build", "platform": platform, "args": args}, {}, timeout_s=remaining,
                             collect=collect, **self._opts)
-        try:
-            return self._checked(outcome, published)
-        except (CompileError, _Rejected):
-            # what a failed build left in its output (the source, a dependency file) is not a build: a later
-            # evaluation of the same source must build again and fail the same way, not load a missing library
-            if published:
-                build_cache.forget(platform, key)
-            raise
+        return self._checked(outcome, published)
 
     @staticmethod
     def _checked(outcome, published: list[Path]) -> Path:

@@ -346,8 +346,9 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
     (`kforge_core.eval.forkserver`), else spawned; both get the same environment, limits, privileges and isolation
     (`kforge_core.eval.isolation`). What comes back travels only through files this process created before the child
     started and reads by descriptor, size-bounded (`channels`); secrets known to KForge are redacted from it.
-    A harness child gets a build channel to this process (`build_service`); `collect(workdir)` runs after the
-    child has exited, before its directory is removed (the build service publishes a builder's output there).
+    A harness child gets a build channel to this process (`build_service`); `collect(workdir, result)` runs after
+    the child has exited, before its directory is removed (the build service publishes a successful builder's
+    output there).
     `on_stage(dict)` receives the stages the child reports, `relay(dict) -> dict` answers its relay requests (see
     `kforge_core.eval.progress_channel`: two FIFOs this process makes and opens in the private directory, which
     the isolated child sees at the same path), and `cancel()` returning True kills the child's process group (and
@@ -409,10 +410,10 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
                                                             group, supervision)
         wall = time.monotonic() - start
         channel.close()
-        if collect is not None and not timed_out and not supervision.cancelled:
-            collect(workdir)
         redact = redactor()
         result = _unframe(chans.read("result", limit=RESULT_LIMIT), nonce)
+        if collect is not None and not timed_out and not supervision.cancelled:
+            collect(workdir, result)
         log = chans.read("harness", limit=LOG_LIMIT)
         cand_log = chans.read("candidate", limit=LOG_LIMIT)
         if cand_log:

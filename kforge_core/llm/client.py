@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 
@@ -34,17 +35,18 @@ import openai
 
 from .config import LLMConfig
 from .context import DEFAULT_CONTEXT_TOKENS, MIN_CONTEXT_TOKENS, truncation_warning, window_from_model_entry
-from .errors import LLMBadResponseError, LLMConfigError, LLMContextError, LLMError, LLMStreamError, detail
+from .answer import SHAPE_ERRORS, AttemptFailed, Outcome, TokenCallback, read_json, read_stream
+from .errors import LLMBadResponseError, LLMConfigError, LLMContextError, LLMError, LLMStreamError
 from .images import has_images
 from .retry import backoff_delay
 from .tokens import estimate_prompt_tokens, estimate_tokens
-from .translate import CallContext, Failure, after_attempts, server_message, translate
+from .reshape import RequestShape
+from .translate import CallContext, Failure, translate
 
 if TYPE_CHECKING:
     from .endpoint import EndpointCheck
 
 T = TypeVar("T")
-TokenCallback = Callable[[str], None]
 
 # A slow or unroutable host should not hold an attempt for the whole (long) read timeout.
 _MAX_CONNECT_TIMEOUT_S = 30.0
@@ -89,35 +91,11 @@ class RetryEvent:
     delay_s: float
 
 
-@dataclass
-class _Outcome:
-    text: str
-    finish_reason: str | None
-    usage: Any
-    model: str | None
-    first_token_s: float | None = None
-    reasoning: str = ""
-
-
-class _AttemptFailed(Exception):
-    """One attempt failed in a way already classified (stream faults, bad shapes)."""
-
-    def __init__(self, failure: Failure):
-        self.failure = failure
-
-
 class _Reshaped(Exception):
     """The server refused a parameter we can drop or rename; send again (does not use up a retry)."""
 
 
 _UNSET: Any = object()
-_NOT_A_COMPLETION = "answered with something that is not a chat completion"
-# Wording of "this parameter is not accepted" across OpenAI, Azure, vLLM, LM Studio.
-_REFUSAL_WORDS = ("unsupported", "not supported", "not support", "only the default", "unrecognized", "unknown")
-_NO_CHOICES = "retry, or check the server logs and that the model is loaded"
-_NOT_OPENAI = "check that base_url points at an OpenAI-compatible API (a proxy or login page may be answering)"
-# What the SDK raises when a 200 body has an unexpected shape (it validates lazily, or not at all).
-_SHAPE_ERRORS = (TypeError, AttributeError, ValueError, KeyError)
 
 
 class LLMClient:
@@ -141,8 +119,8 @@ class LLMClient:
         if http_client is not None:
             kwargs["http_client"] = http_client
         self._sdk = openai.OpenAI(**kwargs)
-        self._reshape: set[str] = set()
-        self._reshape_lock = threading.Lock()
+        self._shape = RequestShape()
+        self._windows_lock = threading.Lock()
         self._windows: dict[str, int] = {}  # model -> context window the server revealed or published
         self._listed_windows: dict[str, int | None] | None = None  # GET /models, asked once
 
@@ -193,16 +171,15 @@ class LLMClient:
         timeout = timeout_s or self.config.timeout_s
         ctx = self._context(model=model, had_images=has_images(messages), timeout_s=timeout)
 
-        def attempt(n: int) -> tuple[_Outcome, float]:
-            params = self._params(model, messages, max_tokens, temperature, stream)
+        def attempt(n: int) -> tuple[Outcome, float]:
+            params = self._shape.params(model, messages, max_tokens, temperature, stream)
             t0 = time.monotonic()
             try:
-                if stream:
-                    out = self._stream_once(params, on_token, on_reasoning, ctx, n, timeout)
-                else:
-                    out = self._json_once(params, on_token, ctx, n, timeout)
+                call = partial(self._sdk.chat.completions.create, **params, timeout=_timeout(timeout))
+                out = (read_stream(call(), t0, on_token, on_reasoning, ctx, n) if stream
+                       else read_json(call, on_token, ctx, n))
             except openai.APIStatusError as err:
-                if self._learn_reshape(err, params):
+                if self._shape.learn(err, params):
                     raise _Reshaped() from None
                 raise
             return out, time.monotonic() - t0
@@ -254,7 +231,7 @@ class LLMClient:
         model = model or self.config.model or ""
         if self.config.context_tokens:
             return self.config.context_tokens
-        with self._reshape_lock:
+        with self._windows_lock:
             learned = self._windows.get(model)
         if learned:
             return learned
@@ -264,7 +241,7 @@ class LLMClient:
     def learn_context_window(self, model: str, tokens: int) -> None:
         """Remember a window the server revealed (a refusal naming it, a prompt it cut); only ever smaller."""
         tokens = max(int(tokens), MIN_CONTEXT_TOKENS)
-        with self._reshape_lock:
+        with self._windows_lock:
             known = self._windows.get(model)
             if known is None or tokens < known:
                 self._windows[model] = tokens
@@ -279,7 +256,7 @@ class LLMClient:
                     raw = entry.model_dump() if hasattr(entry, "model_dump") else dict(entry)
                     if isinstance(raw.get("id"), str):
                         windows[raw["id"]] = window_from_model_entry(raw)
-            except (openai.OpenAIError, *_SHAPE_ERRORS):
+            except (openai.OpenAIError, *SHAPE_ERRORS):
                 pass  # a server without /models: the setting or the default decides
             self._listed_windows = windows
         return self._listed_windows.get(model)
@@ -295,8 +272,8 @@ class LLMClient:
                 if getattr(page, "data", None) is None:
                     raise TypeError("no data list")
                 ids = [m.id for m in page]
-            except _SHAPE_ERRORS:
-                raise _AttemptFailed(
+            except SHAPE_ERRORS:
+                raise AttemptFailed(
                     Failure(
                         LLMBadResponseError(
                             f"LLM endpoint {ctx.endpoint} answered GET /models with an unexpected shape; "
@@ -321,167 +298,6 @@ class LLMClient:
         return check_endpoint(self, timeout_s=timeout_s, test_call=test_call)
 
     # ---- one attempt
-    def _params(
-        self, model: str, messages: list[dict], max_tokens: int | None, temperature: float | None, stream: bool
-    ) -> dict[str, Any]:
-        params: dict[str, Any] = {"model": model, "messages": messages}
-        if max_tokens is not None:
-            key = "max_completion_tokens" if "max_completion_tokens" in self._reshape else "max_tokens"
-            params[key] = max_tokens
-        if temperature is not None and "no_temperature" not in self._reshape:
-            params["temperature"] = temperature
-        if stream:
-            params["stream"] = True
-            if "no_stream_options" not in self._reshape:
-                params["stream_options"] = {"include_usage": True}
-        return params
-
-    def _json_once(
-        self, params: dict, on_token: TokenCallback | None, ctx: CallContext, attempt: int, timeout: float
-    ) -> _Outcome:
-        try:
-            response = self._sdk.chat.completions.create(**params, timeout=_timeout(timeout))
-        except _SHAPE_ERRORS:  # the SDK choking on a body that is not a completion
-            raise _AttemptFailed(self._bad_response(ctx, attempt, _NOT_OPENAI, _NOT_A_COMPLETION)) from None
-        choices = getattr(response, "choices", None)
-        if choices is None or not isinstance(choices, list):
-            raise _AttemptFailed(self._bad_response(ctx, attempt, _NOT_OPENAI, _NOT_A_COMPLETION))
-        if not choices:
-            raise _AttemptFailed(self._bad_response(ctx, attempt, _NO_CHOICES, "returned no choices"))
-        choice = choices[0]
-        message = getattr(choice, "message", None)
-        content = getattr(message, "content", None)
-        text = content if isinstance(content, str) else ""
-        thought = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
-        if on_token is not None and text:
-            on_token(text)
-        return _Outcome(text, getattr(choice, "finish_reason", None), getattr(response, "usage", None),
-                        getattr(response, "model", None), reasoning=thought if isinstance(thought, str) else "")
-
-    def _stream_once(
-        self, params: dict, on_token: TokenCallback | None, on_reasoning: TokenCallback | None, ctx: CallContext,
-        attempt: int, timeout: float,
-    ) -> _Outcome:
-        t0 = time.monotonic()
-        stream = self._sdk.chat.completions.create(**params, timeout=_timeout(timeout))
-        parts: list[str] = []
-        thinking: list[str] = []
-        finish: str | None = None
-        usage: Any = None
-        model: str | None = None
-        first: float | None = None
-        saw_choice = False
-        try:
-            chunks = iter(stream)
-            while True:
-                # Only the SDK's read is guarded: exceptions from on_token must reach the caller untouched.
-                try:
-                    chunk = next(chunks)
-                except StopIteration:
-                    break
-                except openai.APIError as err:
-                    if finish is not None:
-                        break  # the answer was complete; only the usage chunk / [DONE] got lost
-                    raise _AttemptFailed(self._stream_failure(err, ctx, attempt, "".join(parts),
-                                                              seen=bool(parts or thinking))) from None
-                except ValueError:  # an SSE data line that is not JSON
-                    failure = self._bad_response(ctx, attempt, _NOT_OPENAI, "sent a malformed stream event")
-                    raise _AttemptFailed(failure) from None
-                model = getattr(chunk, "model", None) or model
-                usage = getattr(chunk, "usage", None) or usage
-                for choice in getattr(chunk, "choices", None) or []:
-                    if getattr(choice, "index", 0) != 0:
-                        continue
-                    saw_choice = True
-                    delta = getattr(choice, "delta", None)
-                    # vLLM's reasoning parsers and DeepSeek say reasoning_content; newer vLLM and OpenRouter reasoning
-                    thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
-                    if isinstance(thought, str) and thought:
-                        thinking.append(thought)
-                        if on_reasoning is not None:
-                            on_reasoning(thought)
-                    content = getattr(delta, "content", None)
-                    if isinstance(content, str) and content:
-                        if first is None:
-                            first = time.monotonic() - t0
-                        parts.append(content)
-                        if on_token is not None:
-                            on_token(content)
-                    finish = getattr(choice, "finish_reason", None) or finish
-        finally:
-            stream.close()
-        text = "".join(parts)
-        if not saw_choice:
-            raise _AttemptFailed(self._bad_response(ctx, attempt, _NO_CHOICES, "streamed no choices"))
-        if finish is None:
-            got = f"after {len(text)} characters" if text else "before any text"
-            raise _AttemptFailed(
-                Failure(
-                    LLMStreamError(
-                        f"the answer stream from {ctx.endpoint} ended without a finish_reason {got}"
-                        f"{after_attempts(attempt)}; the server or a proxy cut it short, retry the request",
-                        partial_text=text,
-                        endpoint=ctx.endpoint,
-                        attempts=attempt,
-                    ),
-                    retryable=not (text or thinking),
-                )
-            )
-        return _Outcome(text, finish, usage, model, first, "".join(thinking))
-
-    # ---- failures
-    def _stream_failure(self, err: openai.APIError, ctx: CallContext, attempt: int, partial: str,
-                        seen: bool) -> Failure:
-        if isinstance(err, openai.APITimeoutError):
-            what = f"stalled (no data for {ctx.timeout_s:g} s)"
-        elif isinstance(err, openai.APIConnectionError):
-            cause = err.__cause__ if err.__cause__ is not None else err.message
-            what = f"was cut off ({detail(cause, ctx.secrets)})"
-        else:  # an error event inside the stream (vLLM, OpenRouter send those)
-            what = f"reported an error ({detail(err.message, ctx.secrets)})"
-        got = f"after {len(partial)} characters" if partial else "before any text"
-        return Failure(
-            LLMStreamError(
-                f"the answer stream from {ctx.endpoint} {what} {got}{after_attempts(attempt)}; "
-                "check the server (logs, load) and retry the request",
-                partial_text=partial,
-                endpoint=ctx.endpoint,
-                attempts=attempt,
-            ),
-            # Once text reached on_token, a silent retry would show the caller the same tokens twice.
-            retryable=not seen,
-        )
-
-    def _bad_response(self, ctx: CallContext, attempt: int, hint: str, what: str) -> Failure:
-        return Failure(
-            LLMBadResponseError(
-                f"LLM endpoint {ctx.endpoint} {what} for model {ctx.model!r}; {hint}",
-                endpoint=ctx.endpoint,
-                attempts=attempt,
-            ),
-            retryable=False,
-        )
-
-    def _learn_reshape(self, err: openai.APIStatusError, params: dict) -> bool:
-        """True when the refusal names a parameter we can rename or drop (and we had not done so already)."""
-        if err.status_code not in (400, 422):
-            return False
-        msg = server_message(err).lower()
-        refused = any(w in msg for w in _REFUSAL_WORDS)
-        change = None
-        # Only on an explicit refusal: "'max_tokens' or 'max_completion_tokens' is too large" (vLLM) is a real error.
-        if "max_tokens" in params and "max_tokens" in msg and refused:
-            change = "max_completion_tokens"
-        elif "temperature" in params and "temperature" in msg and refused:
-            change = "no_temperature"
-        elif "stream_options" in params and "stream_options" in msg:
-            change = "no_stream_options"
-        with self._reshape_lock:
-            if change is None or change in self._reshape:
-                return False
-            self._reshape.add(change)
-        return True
-
     # ---- retry loop
     def _context(self, *, model: str | None, had_images: bool = False, timeout_s: float | None = None) -> CallContext:
         secrets = (self.config.api_key,) if self.config.api_key else ()
@@ -498,7 +314,7 @@ class LLMClient:
                 return attempt_fn(attempts), attempts
             except _Reshaped:
                 continue  # bounded: each reshaping is learnt at most once
-            except _AttemptFailed as failed:
+            except AttemptFailed as failed:
                 failure = failed.failure
             except openai.OpenAIError as err:
                 failure = translate(err, ctx, attempts)

@@ -34,7 +34,7 @@ from pathlib import Path
 from . import guards
 
 # Part of every build's cache key: builds are vetted when made, so a change of the rules must not reuse old ones.
-VETTING_VERSION = "objects-allowlist-1"
+VETTING_VERSION = "objects-allowlist-2"
 
 # --- flags --------------------------------------------------------------------------------------------------------
 _FLAG_OK = re.compile(
@@ -154,6 +154,8 @@ _ALLOWED_PATTERNS = {
         r"|_ZN?K?[RO]?St7__cxx1112basic_string\w+|_ZN?K?[RO]?St7__cxx11(19basic_ostringstream|15basic_stringbuf)\w+"
         r"|_ZN?K?St8__detail\d+_(Prime_rehash_policy|List_node_base)\w+|_ZSt\d+_Rb_tree_\w+"
         r"|_ZNSo\w+|_ZNKSo\w+|_ZSt4(cout|cerr|endl)\w*|_ZStlsI\w+|_ZSt16__ostream_insert\w+|_ZNSt8ios_base4Init\w+"
+        # GCC 13's libstdc++ initialises the standard streams through this one function (formerly ios_base::Init)
+        r"|_ZSt21ios_base_library_initv"
         r"|_ZNSt6chrono3_V212steady_clock3nowEv"
         r")$"),
 }
@@ -184,7 +186,9 @@ _CUDA_OK = re.compile(r"^(cuda(?!DeviceReset|DeviceSetLimit|Ipc|Profiler|SetDevi
                       r"DeviceSetSharedMemConfig|HostRegister)[A-Z]\w*|atexit|__cuda(RegisterFatBinary\w*|"
                       r"RegisterLinkedBinary\w*|"
                       r"UnregisterFatBinary|RegisterFunction|RegisterVar|RegisterManagedVar|PushCallConfiguration|"
-                      r"PopCallConfiguration|InitModule)|__nv_\w+|cublas\w+|curand\w+|__fatbinwrap\w*)$")
+                      r"PopCallConfiguration|InitModule|"
+                      # CUDA 12.x nvcc stubs launch through these (seen on the H100 image: CUDA 12.8)
+                      r"LaunchKernel(_ptsz)?|GetKernel)|__nv_\w+|cublas\w+|curand\w+|__fatbinwrap\w*)$")
 _PYTHON_DENIED_PARTS = ("PyRun_", "PyImport_", "Py_CompileString", "PyEval_EvalCode", "PySys_", "PyMarshal_",
                         "PyEval_GetGlobals", "PyEval_GetLocals", "PyEval_GetFrame")
 
@@ -208,12 +212,16 @@ def symbol_allowed(name: str, kind: str) -> bool:
 def vet_objects(helper: str, objects: list[Path], kind: str) -> None:
     """The candidate's own object files (not the linked library: a toolchain may link its runtime statically,
     which would import ioctl/open/syscall for every honest build) against the allow-list of `kind`, and their
-    code for system-call instructions."""
+    code for system-call instructions. A symbol one of the build's objects defines is the candidate's own code
+    (the host wrapper in main.cpp calling the launcher in cuda.cu), not an import."""
+    own = set()
+    for obj in objects:
+        own.update(_symbols(obj, "--defined-only") or ())
     for obj in objects:
         symbols = imported_symbols(obj, dynamic=False)
         if symbols is None:
             continue  # without binutils the source checks still ran
-        bad = sorted({s for s in symbols if not symbol_allowed(s, kind)})
+        bad = sorted({s for s in symbols if s not in own and not symbol_allowed(s, kind)})
         if bad:
             guards._violate(f"{helper}: the compiled kernel imports {', '.join(bad[:8])}"
                             f"{f' (+{len(bad) - 8} more)' if len(bad) > 8 else ''}, outside what kernels need "
@@ -297,12 +305,15 @@ def sanitize_compiler_log(log: str, own_names: tuple[str, ...], trusted_dirs: tu
 def imported_symbols(path: Path, dynamic: bool = True) -> list[str] | None:
     """Undefined symbols of a shared library (`dynamic`: what it imports) or of an object file, or None when `nm`
     is unavailable."""
+    return _symbols(path, *(["-D"] if dynamic else []), "--undefined-only")
+
+
+def _symbols(path: Path, *nm_flags: str) -> list[str] | None:
     nm = shutil.which("nm")
     if nm is None:
         return None
     with guards.trusted():
-        proc = subprocess.run([nm, *(["-D"] if dynamic else []), "--undefined-only", str(path)],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([nm, *nm_flags, str(path)], capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         return None
     names = []
