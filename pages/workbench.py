@@ -68,8 +68,9 @@ def _open_from_query(available: dict[str, services.TargetInfo]) -> None:
     st.session_state["kf-wb-problem-name"] = run["problem_name"]
     if run["target"] in available:
         st.session_state["kf-wb-target"] = run["target"]
-    if run.get("kind") == "manual":  # go on with the same manual run
+    if run.get("kind") == "manual":  # go on with the same manual run, as its author (another name starts a new one)
         _set("run", run_id)
+        st.session_state["kf-wb-author"] = run.get("author") or ""
     _set("from", f"{run['problem_name']} #{row['index']} (run `{run_id}`)")
 
 
@@ -244,7 +245,8 @@ target_name = head[0].selectbox("Target", list(available), key="kf-wb-target",
 target = available.get(target_name) if target_name else None
 if not available:
     head[0].error("No target is available on this machine.", icon=":material/error:")
-author = head[1].text_input("Author", value=wb.default_author(), key="kf-wb-author",
+st.session_state.setdefault("kf-wb-author", wb.default_author())
+author = head[1].text_input("Author", key="kf-wb-author",
                             help="stored with every version you evaluate (a manual run)").strip()
 with head[2]:
     _open_buttons(target)

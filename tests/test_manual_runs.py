@@ -1,15 +1,18 @@
-"""Manual runs (the Workbench's store side) and a synthesis run given a starting program: real evaluations on the
-CPU target, with small timing budgets and no torch.compile baseline so they stay quick."""
+"""Manual runs (the Workbench's store side): real evaluations on the CPU target, with small timing budgets and no
+torch.compile baseline so they stay quick; and a synthesis run given a starting program (scripted agent and
+evaluator: the loop's decisions are what is tested)."""
 
 from __future__ import annotations
 
 import pytest
 
+from kforge_core.agents.base import AnalysisRequest, GenerationRequest
 from kforge_core.errors import UsageError
-from kforge_core.loop import RunConfig, create_manual_run, create_run, execute_run
+from kforge_core.loop import IterationFinished, IterationStarted, PassStarted, create_manual_run
 from kforge_core.loop.manual import execute_manual, launch_manual_job, read_program
 from kforge_core.store import InvalidTransition, InvalidValue, open_store
 from tests.browser.scripted import BROKEN, CORRECT, PROBLEM
+from tests.test_loop import offline_config, synthesize
 
 FAST = dict(eval_baselines=False, eval_timing_options={"min_trials": 3, "budget_s": 0.2})
 
@@ -24,38 +27,32 @@ def new_manual(db, author="ada"):
         return create_manual_run(s, PROBLEM, "relu2", "cpu", author, **FAST)
 
 
-def test_manual_versions_are_judged_as_the_loop_judges(db):
+def test_versions_are_judged_as_the_loop_judges_then_analysed(db):
     run_id = new_manual(db)
     assert execute_manual(db, run_id, "evaluate", BROKEN) == "failed"
     assert execute_manual(db, run_id, "evaluate", CORRECT) == "succeeded"  # reopened from failed
-    assert execute_manual(db, run_id, "evaluate", CORRECT.replace("2.0f * v", "v + v")) == "succeeded"  # and again
+    assert execute_manual(db, run_id, "analyse", CORRECT, of=1) == "succeeded"  # and from succeeded
     with open_store(db) as s:
         run = s.get_run(run_id)
         rows = s.iterations(run_id)
         kinds = [e["kind"] for e in s.events(run_id)]
-        diffs = [e for e in s.events(run_id, kinds=["diff"])]
+        diffs = s.events(run_id, kinds=["diff"])
         compile_log = s.events(run_id, kinds=["compile_log"])[0]["data"]["log"]
-    assert (run["kind"], run["author"], run["agent"]) == ("manual", "ada", "manual")
-    assert [(r["index"], r["pass"], r["status"]) for r in rows] == [
-        (0, "manual", "compile_error"), (1, "manual", "correct"), (2, "manual", "correct")]
-    assert "candidate line 11" in rows[0]["reason"] and "candidate line 11" in compile_log
-    assert run["best_iteration"] in (1, 2) and run["best_speedup_vs_eager"] is not None
-    assert rows[1]["verdict"]["candidate"]["min_ms"] <= rows[1]["verdict"]["candidate"]["max_ms"]
-    assert [d["data"]["against_iteration"] for d in diffs] == [0, 1]  # each version against the one before
-    assert kinds.count("run_finished") == 3 and kinds.count("run_resumed") == 2
-
-
-def test_the_analyst_reads_the_program_and_the_versions_profile(db):
-    run_id = new_manual(db)
-    execute_manual(db, run_id, "evaluate", CORRECT)
-    assert execute_manual(db, run_id, "analyse", CORRECT, of=0) == "succeeded"
-    with open_store(db) as s:
         recs = s.events(run_id, kinds=["recommendations"])
         finished = s.events(run_id, kinds=["run_finished"])[-1]["data"]
-    assert len(recs) == 1 and recs[0]["iteration"] == 0 and recs[0]["data"]["analyzed_iteration"] == 0
-    titles = [r["title"] for r in recs[0]["data"]["recommendations"]]
-    assert titles, recs[0]["data"]  # a one-thread scalar loop: parallelize / vectorize at least
-    assert finished["stop_reason"] == "analysis of version #0"
+    assert (run["kind"], run["author"], run["agent"]) == ("manual", "ada", "manual")
+    assert [(r["index"], r["pass"], r["status"]) for r in rows] == [(0, "manual", "compile_error"),
+                                                                   (1, "manual", "correct")]
+    assert "candidate line 11" in rows[0]["reason"] and "candidate line 11" in compile_log
+    assert run["best_iteration"] == 1 and run["best_speedup_vs_eager"] is not None
+    timing = rows[1]["verdict"]["candidate"]
+    assert timing["min_ms"] <= timing["median_ms"] <= timing["max_ms"]
+    assert [d["data"]["against_iteration"] for d in diffs] == [0]  # each version against the one before
+    assert kinds.count("run_finished") == 3 and kinds.count("run_resumed") == 2
+    # the analyst read version 1's profile: a one-thread scalar loop gets recommendations
+    assert len(recs) == 1 and recs[0]["iteration"] == 1 and recs[0]["data"]["analyzed_iteration"] == 1
+    assert recs[0]["data"]["recommendations"], recs[0]["data"]
+    assert finished["stop_reason"] == "analysis of version #1"
 
 
 def test_manual_run_refusals(db, tmp_path):
@@ -84,20 +81,23 @@ def test_manual_run_refusals(db, tmp_path):
     assert read_program(program) == "x = 1\n" and not program.exists()
 
 
-@pytest.mark.parametrize("start, first_status, next_pass", [(BROKEN, "compile_error", "functional"),
-                                                            (CORRECT, "correct", "optimization")])
-def test_a_run_starts_from_a_persons_program(db, start, first_status, next_pass):
-    config = RunConfig(problem_source=PROBLEM, problem_name="relu2", target="cpu", agent="builtin",
-                       max_functional_iters=1, max_optimization_iters=1, head_to_head_top=0, start_program=start,
-                       **FAST)
-    with open_store(db) as s:
-        run_id = create_run(s, config)
-    execute_run(db, run_id, config)
-    with open_store(db) as s:
-        rows = s.iterations(run_id)
-        passes = [e["data"]["pass"] for e in s.events(run_id, kinds=["pass_started"])]
-        diff = s.events(run_id, kinds=["diff"])
-    assert (rows[0]["index"], rows[0]["pass"], rows[0]["status"], rows[0]["code"]) == (0, "start", first_status,
-                                                                                          start)
-    assert passes[0] == next_pass and len(rows) >= 2
-    assert diff and diff[0]["data"]["against_iteration"] == 0  # the next program is built from the person's
+@pytest.mark.parametrize("start, first_status, next_pass", [("# compile_error\nclass ModelNew: pass\n",
+                                                             "compile_error", "functional"),
+                                                            ("# ms=2.0\nclass ModelNew: pass\n", "correct",
+                                                             "optimization")])
+def test_a_run_starts_from_a_persons_program(start, first_status, next_pass):
+    # one step of the pass that follows (a fixed functional one would go on to optimize: not asked for here)
+    config = offline_config(start_program=start, max_functional_iters=1, head_to_head_top=0,
+                            max_optimization_iters=1 if next_pass == "optimization" else 0)
+    events, agent = synthesize(config, [None, "# ms=1.0\nclass ModelNew: pass\n"])
+    started = [(e.iteration, e.pass_name) for e in events if isinstance(e, IterationStarted)]
+    finished = {e.iteration: e.status for e in events if isinstance(e, IterationFinished)}
+    passes = [e.pass_name for e in events if isinstance(e, PassStarted)]
+    assert started == [(0, "start"), (1, next_pass)] and finished == {0: first_status, 1: "correct"}
+    assert passes == [next_pass]
+    generation = [c for c in agent.calls if isinstance(c, GenerationRequest)]
+    assert len(generation) == 1 and generation[0].previous_program == start  # built from the person's program
+    if first_status == "correct":  # the analyst read it first, as the best
+        assert [c.program for c in agent.calls if isinstance(c, AnalysisRequest)] == [start]
+    else:  # its verdict is what the functional pass is told
+        assert generation[0].feedback.status == "compile_error"

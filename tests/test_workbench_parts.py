@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from app.services import TargetInfo
+from tests.browser.appkit import app_env, use_targets  # noqa: F401 - pytest fixtures
 from app.workbench import annotations, blank_template
 
 
@@ -42,3 +43,27 @@ def test_blank_templates_parse_and_import_the_targets_helper():
     assert "import" in bare and "self.lib" not in bare
     for text in (cpu, triton, bare):
         ast.parse(text)
+
+
+def test_an_iteration_opens_in_the_workbench_with_its_problem_and_markers(app_env, use_targets):
+    from kforge_core.store import open_store
+    from tests.browser.appkit import app, texts
+    from tests.browser.scripted import BROKEN, PROBLEM
+
+    with open_store() as s:
+        run_id = s.create_run("relu2", PROBLEM, "cpu", agent="manual", kind="manual", author="ada")
+        s.start_run(run_id)
+        s.start_iteration(run_id, 0, "manual")
+        s.finish_iteration(run_id, 0, "compile_error", code=BROKEN,
+                           reason="C++ compilation failed: candidate line 11: error: expected ';' before 'out'")
+        s.finish_run(run_id, "failed", "no version is correct yet")
+    at = app("workbench", run=run_id, iteration="0").run()
+    assert not at.exception, at.exception
+    assert at.session_state["kf-wb-text"] == BROKEN and at.session_state["kf-wb-run"] == run_id
+    assert at.text_area(key="kf-wb-problem").value == PROBLEM
+    body = texts(at)
+    assert "version #0: marked at line 11" in body and "opened from relu2 #0" in body
+    assert at.text_input(key="kf-wb-author").value == "ada"  # its author goes on with it
+    assert any("History: 1 version" in e.label for e in at.expander)
+    missing = app("workbench", run="nope", iteration="0").run()
+    assert not missing.exception and "Could not open run `nope`" in texts(missing)
