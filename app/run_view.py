@@ -290,6 +290,8 @@ def _wall_s(run: dict[str, Any], state: RunState, live: bool) -> float | None:
 def iteration_budget(run: dict[str, Any], state: RunState) -> int | None:
     """The most iterations the run may take, from its settings (both passes, k candidates a step), so the number
     does not change as passes start; the passes' own announcements only for runs without stored settings."""
+    if run.get("kind") == "manual":  # a person's versions: no budget
+        return None
     config = run.get("config") or {}
     steps = (config.get("max_functional_iters") or 0) + (config.get("max_optimization_iters") or 0)
     if steps:
@@ -315,8 +317,8 @@ def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
     cols[3].metric("Iterations", f"{done}" + (f" / {budget}" if budget else ""),
                    help="finished / the most the run may take (functional + optimization passes); a run stops "
                         "early once a pass has nothing left to do")
-    if run.get("agent") == "builtin" and not (prompt_tokens or completion_tokens):
-        cols[4].metric("Tokens", "none", help="the built-in synthesizer uses no LLM")
+    if run.get("agent") in ("builtin", "manual") and not (prompt_tokens or completion_tokens):
+        cols[4].metric("Tokens", "none", help="no LLM was called (the built-in agents, or a person's versions)")
     else:
         cols[4].metric("Tokens", f"{fmt_tokens(prompt_tokens)} / {fmt_tokens(completion_tokens)}",
                        help="prompt / completion tokens, all agents" + ("" if cost else

@@ -96,6 +96,7 @@ def test_workbench_error_marker_fix_analyst_continue(page, app_server):
     page.get_by_role("button", name="Evaluate").click()
     page.get_by_text("Iteration #1").wait_for(timeout=EVAL_TIMEOUT_MS)
     page.get_by_text("Eager PyTorch").first.wait_for(timeout=EVAL_TIMEOUT_MS)  # the timings of a correct program
+    page.get_by_text("History: 2 versions").wait_for(timeout=EVAL_TIMEOUT_MS)  # the evaluation has ended
     body = page.inner_text("body")
     assert "correct" in body and "marked at line" not in body
     assert page.frame_locator(EDITOR).locator(".ace_gutter-cell.ace_error").count() == 0
@@ -140,9 +141,12 @@ def test_workbench_error_marker_fix_analyst_continue(page, app_server):
     row.get_by_text(f"manual run, written by {AUTHOR}").wait_for()
     page.goto(f"{app_server.url}/compare?a={manual_id}:1&b={manual_id}:0")
     page.get_by_text(re.compile(r"Side-by-side diff")).wait_for()
-    choices = page.locator("[data-testid=stSelectbox] input").evaluate_all("els => els.map(e => e.value)")
-    assert choices[0] == choices[2] and f"manual by {AUTHOR}" in choices[0] and manual_id in choices[0], choices
-    assert choices[1].startswith("#1 · correct") and choices[3].startswith("#0 · compile_error"), choices
+    from playwright.sync_api import expect  # here: without playwright the fixtures skip the test
+
+    manual_choice = re.compile(rf"manual by {AUTHOR} · .*{manual_id}")
+    for side, version in (("A", r"#1 · correct"), ("B", r"#0 · compile_error")):  # the pickers' values
+        expect(page.get_by_role("combobox", name=f"Run {side}")).to_have_value(manual_choice, timeout=60_000)
+        expect(page.get_by_role("combobox", name=f"Iteration {side}")).to_have_value(re.compile(rf"^{version}"))
     page.get_by_role("link", name="Edit A in Workbench").wait_for()
     checked(page)
 
