@@ -27,6 +27,7 @@ RUN_STYLE: dict[str, tuple[str, str, str]] = {
     "running": ("running", "blue", "progress_activity"),
     "succeeded": ("succeeded", "green", "check_circle"),
     "failed": ("failed", "red", "cancel"),
+    "unsupported": ("unsupported", "gray", "block"),
     "cancelled": ("cancelled", "orange", "stop_circle"),
     "interrupted": ("interrupted", "violet", "pause_circle"),
 }

@@ -126,6 +126,8 @@ def program_extracted(event: dict, ctx: RenderContext) -> None:
 def program_missing(event: dict, ctx: RenderContext) -> None:
     data = event["data"]
     st.warning(missing_text(data.get("error"), ctx.builtin), icon=":material/code_off:")
+    if data.get("coverage"):
+        st.caption(f"Coverage: {data['coverage']}")
     if data.get("reply_excerpt"):
         st.caption("Excerpt of the reply")
         _html(plain_html(data["reply_excerpt"]))

@@ -191,6 +191,8 @@ def _header(run: dict[str, Any], state: RunState, live: bool, pending: bool = Fa
                    f"started {fmt_when(run['created_at'])}")
         if pending:
             st.caption("Resuming: waiting for the worker process to pick the run up…")
+        elif run.get("error") and not live and run["status"] == "unsupported":
+            st.info(f"The agent cannot write this problem: {run['error']}", icon=":material/block:")
         elif run.get("error") and not live:
             st.error(run["error"], icon=":material/error:")
         stop_reason = (state.finished or {}).get("stop_reason")

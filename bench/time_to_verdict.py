@@ -1,8 +1,9 @@
 """Time to verdict: the full `evaluate` (all seeds, timing, eager + torch.compile baselines) for
 (a) a ctypes C++ candidate, (b) the same kernel as a cold `load_inline` build, (c) a cached `load_inline` rebuild,
-and (a0) the ctypes candidate the way every evaluation ran before the run's torch.compile baseline was shared
-(`KFORGE_SHARED_BASELINE=0`: each child compiles its own baseline, inductor's caches warm): before and after,
-side by side in one run, their runs interleaved so that the machine's load hits both alike.
+(a0) the ctypes candidate the way every evaluation ran before the run's torch.compile baseline was shared
+(`KFORGE_SHARED_BASELINE=0`: each child compiles its own baseline, inductor's caches warm), and (a1) the ctypes
+candidate judged in its own process as before the judge split (`KFORGE_JUDGE=0`, docs/EVALUATOR.md): before and
+after, side by side in one run, their runs interleaved so that the machine's load hits both alike.
 
     python bench/time_to_verdict.py --target cpu [--runs 5] [--cli]
 
@@ -35,8 +36,9 @@ from kforge_core.problem import load_problem  # noqa: E402
 
 
 def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool,
-              shared: bool = True) -> tuple[float, dict]:
+              shared: bool = True, judge: bool = True) -> tuple[float, dict]:
     os.environ["KFORGE_SHARED_BASELINE"] = "1" if shared else "0"  # read at each evaluation (and by the CLI)
+    os.environ["KFORGE_JUDGE"] = "1" if judge else "0"
     start = time.perf_counter()
     if use_cli:
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
@@ -61,7 +63,10 @@ def main() -> int:
     ap.add_argument("--target", default="cpu")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cli", action="store_true", help="time CLI processes instead of library calls")
+    ap.add_argument("--variants", default="a0,a1,a,b,c",
+                    help="which variants to run (their letters), e.g. a1,a for the judge's cost alone")
     args = ap.parse_args()
+    chosen = {v.strip() for v in args.variants.split(",") if v.strip()} | {"a"}  # (a) is every ratio's base
 
     platform = get_platform(args.target, require_available=True)
     example = platform.example()
@@ -79,18 +84,22 @@ def main() -> int:
     print(f"device: {platform.device_name()}; warming caches (torch.compile, ceilings, one cached build)...",
           flush=True)
     _evaluate(example.problem, ctypes_src, args.target, args.cli)
-    _evaluate(example.problem, cached_src, args.target, args.cli)
+    if "c" in chosen:
+        _evaluate(example.problem, cached_src, args.target, args.cli)
 
     variants = {
-        "(a0) ctypes, torch.compile in every child (before)": (lambda: ctypes_src, False),
-        "(a) ctypes C++ candidate": (lambda: ctypes_src, True),
-        "(b) load_inline, cold build": (lambda: with_token(f"cold {uuid.uuid4().hex}"), True),
-        "(c) load_inline, cached build": (lambda: cached_src, True),
+        "(a0) ctypes, torch.compile in every child (before)": (lambda: ctypes_src, False, True),
+        "(a1) ctypes, judged in the candidate's own process (KFORGE_JUDGE=0, before the judge)":
+            (lambda: ctypes_src, True, False),
+        "(a) ctypes C++ candidate": (lambda: ctypes_src, True, True),
+        "(b) load_inline, cold build": (lambda: with_token(f"cold {uuid.uuid4().hex}"), True, True),
+        "(c) load_inline, cached build": (lambda: cached_src, True, True),
     }
+    variants = {name: v for name, v in variants.items() if name[1:name.index(")")] in chosen}
     rows = {name: ([], [], set(), []) for name in variants}
     for _ in range(args.runs):  # round-robin: every variant sees the same stretch of machine load
-        for name, (make, shared) in variants.items():
-            wall, result = _evaluate(example.problem, make(), args.target, args.cli, shared)
+        for name, (make, shared, judge) in variants.items():
+            wall, result = _evaluate(example.problem, make(), args.target, args.cli, shared, judge)
             walls, builds, statuses, timings = rows[name]
             walls.append(wall)
             builds.append(result.get("build_s") or 0.0)
@@ -100,8 +109,11 @@ def main() -> int:
     for name, (walls, _, statuses, _) in rows.items():
         print(f"  {name}: median {statistics.median(walls):.2f} s ({', '.join(sorted(statuses))})", flush=True)
 
-    base = statistics.median(rows["(a) ctypes C++ candidate"][0])
-    cold = statistics.median(rows["(b) load_inline, cold build"][0])
+    def median_of(prefix: str) -> float | None:
+        walls = next((rows[name][0] for name in rows if name.startswith(prefix)), None)
+        return statistics.median(walls) if walls else None
+
+    base = median_of("(a) ")
     print(f"\nTime to verdict, target {args.target}, {args.runs} runs each, "
           f"{'CLI processes' if args.cli else 'library calls'}:")
     print("| variant | median s | min s | max s | candidate build s (median) | vs (a) | verdicts |")
@@ -110,9 +122,15 @@ def main() -> int:
         med = statistics.median(walls)
         print(f"| {name} | {med:.2f} | {min(walls):.2f} | {max(walls):.2f} | {statistics.median(builds):.3f} | "
               f"{med / base:.1f}x | {', '.join(sorted(statuses))} |")
-    before = statistics.median(rows["(a0) ctypes, torch.compile in every child (before)"][0])
-    print(f"\n(b)/(a) = {cold / base:.1f}x  (goal: (a) <= 2 s and >= 10x faster than (b)); "
-          f"before/after (a0)/(a) = {before / base:.1f}x")
+    cold, before, alone = median_of("(b)"), median_of("(a0)"), median_of("(a1)")
+    print()
+    if cold is not None:
+        print(f"(b)/(a) = {cold / base:.1f}x  (goal: (a) <= 2 s and >= 10x faster than (b))")
+    if before is not None:
+        print(f"before/after (a0)/(a) = {before / base:.1f}x")
+    if alone is not None:
+        print(f"the judge's cost: (a) {base:.2f} s judged, (a1) {alone:.2f} s in one process, (a)/(a1) = "
+              f"{base / alone:.2f}x")
     print("\nThe timings inside those verdicts (median, min-max, trials; the last run of each variant):")
     for name, (_, _, _, results) in rows.items():
         r = results[-1]

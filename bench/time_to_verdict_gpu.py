@@ -68,8 +68,12 @@ CASES = {  # key: (label, target, source maker, cold?, torch.compile baseline fo
     "af": ("(af) NVRTC cold + torch.compile baseline", "cuda", _nvrtc, True, True),
     # before the run's baseline was shared: every evaluation child compiles torch.compile itself
     "af0": ("(af0) as (af), torch.compile in every child (before)", "cuda", _nvrtc, True, True),
+    # before the judge split: the candidate judged in its own process (docs/EVALUATOR.md)
+    "a20": ("(a'0) as (a'), judged in the candidate's process (before)", "cuda", _nvrtc, False, False),
+    "d20": ("(d'0) as (d'), judged in the candidate's process (before)", "triton", _triton, False, False),
 }
 PER_CHILD_BASELINE = {"af0"}  # KFORGE_SHARED_BASELINE=0 for these cases
+IN_PROCESS = {"a20", "d20"}  # KFORGE_JUDGE=0 for these cases
 
 
 _PROFILED_CHILD = r"""
@@ -160,7 +164,7 @@ def _report(rows: dict, device: str, opts, args, floor: float) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--cases", default="a,a2,b,c,d,d2")
+    ap.add_argument("--cases", default="a,a2,a20,b,c,d,d2,d20")
     ap.add_argument("--baselines", action="store_true", help="time the torch.compile baseline in every case")
     ap.add_argument("--out", default=os.environ.get("OUT"), help="directory for the JSON results")
     ap.add_argument("--breakdown", action="store_true", help="first profile one NVRTC evaluation child (cProfile)")
@@ -188,6 +192,7 @@ def main() -> int:
     for key in keys:
         label, target, make, cold, baselines = CASES[key]
         os.environ["KFORGE_SHARED_BASELINE"] = "0" if key in PER_CHILD_BASELINE else "1"
+        os.environ["KFORGE_JUDGE"] = "0" if key in IN_PROCESS else "1"
         if (target, make, baselines) not in warmed:  # torch.compile cache, ceilings, the unchanged source's build
             wall, r = run(target, make(None), baselines)
             warmed.add((target, make, baselines))

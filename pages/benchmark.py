@@ -13,7 +13,7 @@ from app.cluster import bench_notes
 from app.formatting import fmt_ms, fmt_x
 from app.navigation import run_url
 from kforge_core.bench.charts import fast_p_figure, speedup_figure
-from kforge_core.bench.metrics import P_VALUES
+from kforge_core.bench.metrics import P_VALUES, counts_text, outcome_of, partial_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,9 +86,12 @@ except (OSError, ValueError, KeyError, TypeError) as exc:
 walls = sorted(r["wall_s"] for r in records if isinstance(r.get("wall_s"), (int, float)))
 _bench_command_box(walls[len(walls) // 2] if walls else None)
 st.markdown(" · ".join(f"**{k}**: {v}" for k, v in meta.items() if v not in (None, "")))
+if partial_text(summary):
+    st.warning(partial_text(summary), icon=":material/timelapse:")
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Correct", f"{summary['correct']}/{summary['problems']}",
           help=f"{_pct(summary['correctness_rate'])} of the problems have a correct program")
+c1.caption(counts_text(summary) if "supported" in summary else "")
 c2.metric("fast_1 vs eager", _pct(summary["fast_p_vs_eager"]["1"]))
 c3.metric("fast_1 vs torch.compile", _pct(summary["fast_p_vs_compiled"]["1"]))
 c4.metric("Geomean vs eager (failures = 1.0×)", fmt_x(summary["geomean_speedup_vs_eager_failures_as_1"]))
@@ -105,22 +108,32 @@ for label, suffix in (("geometric mean, failures counted as 1.0×", "geomean_spe
                  "vs torch.compile": fmt_x(summary[suffix.format("compiled")])})
 st.dataframe(rows, hide_index=True, width="stretch")
 
-if summary.get("per_level"):
-    st.subheader("Per level")
-    st.dataframe([{"level": lv, "correct": f"{s['correct']}/{s['problems']}",
-                   "fast_1 vs eager": _pct(s["fast_1_vs_eager"]), "fast_1 vs torch.compile": _pct(
-                       s["fast_1_vs_compiled"])} for lv, s in summary["per_level"].items()],
-                 hide_index=True, width="stretch")
+def _part_rows(label: str, parts: dict) -> list[dict]:
+    return [{label: name, "correct": f"{s['correct']}/{s['problems']}", "failed": s.get("failed"),
+             "unsupported": s.get("unsupported"), "error": s.get("error"),
+             "fast_1 vs eager": _pct(s["fast_1_vs_eager"]), "fast_1 vs torch.compile": _pct(s["fast_1_vs_compiled"]),
+             "geomean vs the better baseline (correct only)": fmt_x(
+                 s.get("geomean_speedup_vs_best_baseline_correct_only"))} for name, s in parts.items()]
+
+
+for title, label, key in (("Per level", "level", "per_level"), ("Per problem kind", "kind", "per_kind")):
+    if summary.get(key):
+        st.subheader(title)
+        st.dataframe(_part_rows(label, summary[key]), hide_index=True, width="stretch")
 
 st.plotly_chart(fast_p_figure(records), width="stretch")
 st.plotly_chart(speedup_figure(records), width="stretch")
 st.subheader("Problems")
-st.dataframe([{"problem": r.get("problem"), "level": r.get("level"), "status": r.get("status"),
+st.caption("In the order they ran (stratified by kind). Last verdict and reason: why a problem is not correct; "
+           "coverage: what the agent says it covers of the problem.")
+st.dataframe([{"problem": r.get("problem"), "level": r.get("level"), "kind": r.get("kind") or "",
+               "outcome": r.get("outcome") or outcome_of(r), "last verdict": r.get("last_status") or "",
+               "reason": r.get("reason") or (r.get("error") or "")[:300], "coverage": r.get("coverage") or "",
                "candidate": fmt_ms(r.get("candidate_ms")), "eager": fmt_ms(r.get("eager_ms")),
                "torch.compile": fmt_ms(r.get("compiled_ms")), "vs eager": fmt_x(r.get("speedup_vs_eager")),
                "vs compile": fmt_x(r.get("speedup_vs_compiled")),
                "run": run_url(r["run_id"]) if r.get("run_id") else None,
-               "node": r.get("node") or "", "device": r.get("device") or "",
-               "error": (r.get("error") or "")[:120]} for r in records], hide_index=True, width="stretch",
+               "node": r.get("node") or "", "device": r.get("device") or ""} for r in records],
+             hide_index=True, width="stretch",
              column_config={"run": st.column_config.LinkColumn("run", display_text=r"run=([0-9a-f]+)",
                                                                help="open the run in the run view")})

@@ -2,7 +2,9 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|isolation|bench|fidelity|builtin] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   bash scripts/gpu_check.sh [all|probe|tests|judge|isolation|bench|fidelity|builtin] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   judge: the judge split on the GPU (docs/EVALUATOR.md): the examples judged out of process and in one process,
+#   hostile variants that must fail because the judge is out of reach, then time to verdict judged vs one process
 #   isolation: the OS isolation of evaluation children on the GPU (docs/EVALUATOR.md), required rather than best
 #   effort: the CPU isolation tests and three CUDA/Triton evaluations, as root and as an ordinary user
 #   fidelity: bench/timing_fidelity.py on CUDA (same candidate evaluated 5 times: spread of its speedup)
@@ -101,6 +103,14 @@ fidelity() {  # same candidate evaluated 5 times: the spread of its speedup (goa
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
+judge() {  # the judge split: tests, then time to verdict (NVRTC and Triton, cached: judged vs one process)
+  echo "== judge split, GPU"
+  "$PY" -m pytest -q -rA -s --timeout=420 -p no:cacheprovider tests/gpu/test_gpu_judge.py 2>&1 | tee -a "$OUT/gpu_check.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  "$PY" bench/time_to_verdict_gpu.py --out "$OUT" --cases a2,a20,d2,d20 "$@" 2>&1 | tee "$OUT/bench_judge.log"
+  rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+}
+
 builtin() {  # the built-in synthesizer over the gallery on CUDA (resumable: rows accumulate in $OUT)
   echo "== built-in synthesizer, CUDA"
   "$PY" bench/builtin_gallery.py --target cuda --json "$OUT/builtin_cuda.json" --resume "$@" 2>&1 | tee "$OUT/builtin.log"
@@ -111,11 +121,12 @@ case "$MODE" in
   probe) probe ;;
   tests) probe; tests; inline_report ;;
   isolation) probe; isolation ;;
+  judge) probe; judge "$@" ;;
   bench) bench "$@" ;;
   fidelity) fidelity "$@" ;;
   builtin) probe; builtin "$@" ;;
   all) probe; tests; inline_report; isolation; bench "$@"; fidelity ;;
-  *) echo "usage: $0 [all|probe|tests|isolation|bench|fidelity|builtin] [bench args]"; exit 2 ;;
+  *) echo "usage: $0 [all|probe|tests|judge|isolation|bench|fidelity|builtin] [bench args]"; exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1
 [ -f "$OUT/time_to_verdict_gpu.md" ] && cat "$OUT/time_to_verdict_gpu.md"

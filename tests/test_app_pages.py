@@ -14,7 +14,7 @@ import pytest
 
 from kforge_core.store import open_store
 from tests.browser.appkit import REPO, app, app_env, texts, use_targets  # noqa: F401,F811 - pytest fixtures
-from tests.browser.seed import seed_finished_run, seed_live_run
+from tests.browser.seed import seed_finished_run, seed_live_run, seed_unsupported_run
 from tests.fakes.openai_server import FakeOpenAIServer
 
 
@@ -186,7 +186,7 @@ sys.path.insert(0, {str(REPO)!r})
 os.environ["KFORGE_DB"] = {str(tmp_path / "runs.db")!r}
 os.environ["KFORGE_SETTINGS"] = {str(tmp_path / "settings.toml")!r}
 from kforge_core.store import open_store
-from tests.browser.seed import seed_finished_run, seed_live_run
+from tests.browser.seed import seed_finished_run, seed_live_run, seed_unsupported_run
 with open_store() as s:
     done, live = seed_finished_run(s), seed_live_run(s)
 from tests.browser.appkit import app
@@ -223,6 +223,17 @@ def test_interrupted_run_offers_resume(app_env, use_targets):
     assert not any(b.label == "Cancel run" for b in at.button)
 
 
+def test_runs_page_shows_and_filters_unsupported_runs(app_env, use_targets):
+    with open_store() as s:
+        seed_finished_run(s, problem_name="swish_bias")
+        seed_unsupported_run(s, problem_name="cumsum_scan")
+    at = app("runs").run()
+    assert not at.exception and "unsupported" in texts(at)
+    at.multiselect(key="kf-runs-status").set_value(["unsupported"]).run()
+    body = texts(at)
+    assert "cumsum_scan" in body and "swish_bias" not in body
+
+
 # --------------------------------------------------------------------------------------------------- Benchmark
 
 def test_benchmark_page_shows_a_bench_report(app_env, tmp_path, monkeypatch):
@@ -244,6 +255,30 @@ def test_benchmark_page_shows_a_bench_report(app_env, tmp_path, monkeypatch):
     assert "level1/01_relu" in tables and "level2/09_logsumexp" in tables
     assert "failures counted as 1.0" in tables and "fast_1" in tables
     assert len(at.get("plotly_chart")) == 2
+
+
+def test_benchmark_page_shows_outcomes_reasons_and_a_partial_result(app_env, tmp_path, monkeypatch):
+    from kforge_core.bench.report import write_reports
+
+    records = [
+        {"problem": "level1/19_ReLU", "level": 1, "kind": "elementwise", "status": "succeeded", "correct": True,
+         "speedup_vs_eager": 1.5, "speedup_vs_compiled": 0.8, "coverage": "1 of 1 nodes (100%) synthesized"},
+        {"problem": "level1/89_cumsum", "level": 1, "kind": "scan", "status": "unsupported", "correct": False,
+         "last_status": "no_program", "reason": "nothing to synthesize: no node has a kernel template (cumsum)"},
+        {"problem": "level1/26_GELU_", "level": 1, "kind": "elementwise", "status": "failed", "correct": False,
+         "last_status": "runtime_error", "reason": "RuntimeError: out of memory (allocating 6 GiB)"},
+    ]
+    write_reports(tmp_path / "out", records, {"target": "cpu", "partial": True, "suite_problems": 10,
+                                              "not_run": 7, "stopped_by": "time limit of 600 s reached"})
+    monkeypatch.setenv("KFORGE_BENCH_DIR", str(tmp_path / "out"))
+    at = app("benchmark").run()
+    assert not at.exception
+    assert any("7 of 10 problems not run" in w.value for w in at.warning)
+    assert "correct 1/3 · failed 1 · unsupported 1 (supported 2)" in texts(at)
+    tables = " ".join(str(df.value.to_dict()) for df in at.dataframe)
+    assert "RuntimeError: out of memory (allocating 6 GiB)" in tables and "runtime_error" in tables
+    assert "nothing to synthesize: no node has a kernel template (cumsum)" in tables
+    assert "1 of 1 nodes (100%) synthesized" in tables and "scan" in tables and "unsupported" in tables
 
 
 def test_benchmark_page_explains_a_bad_folder(app_env, tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 
 from kforge_core.store import EVENT_KINDS, open_store
 from tests.browser.appkit import app, app_env, texts, use_targets  # noqa: F401,F811 - pytest fixtures
-from tests.browser.seed import MARKER_PROGRAM, seed_finished_run, seed_live_run
+from tests.browser.seed import MARKER_PROGRAM, seed_finished_run, seed_live_run, seed_unsupported_run
 
 
 @pytest.fixture
@@ -57,6 +57,17 @@ def test_replays_a_finished_run(finished_run, use_targets):
     assert "Swish with a bias" not in texts(at)
     at.session_state[f"kf-inputs:{finished_run}"] = True
     assert "Swish with a bias" in texts(at.run())
+
+
+def test_an_unsupported_run_says_the_agent_cannot_write_it(app_env, use_targets):
+    with open_store() as s:
+        run_id = seed_unsupported_run(s)
+    at = app(run=run_id).run()
+    assert not at.exception
+    assert "unsupported" in texts(at)
+    assert any("cannot write this problem: nothing to synthesize" in i.value for i in at.info)
+    assert not at.error and not any(b.label == "Resume" for b in at.button)
+    assert "kept in PyTorch: cumsum" in open_tab(at, run_id, "Result")  # the coverage note of its iteration
 
 
 def test_picking_an_iteration_shows_its_compile_error(finished_run, use_targets):

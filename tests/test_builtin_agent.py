@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -373,6 +374,33 @@ def test_failed_functional_candidate_gets_a_conservative_variant(agent):
     assert "kept in PyTorch" in second.notes  # reductions stay in PyTorch in this variant
     third = agent.generate(_request(ROWS, "rows", "functional", second.program, fb, 2))
     assert third.program is None and "no other variant" in third.error
+    assert not third.unsupported  # it wrote programs for this problem: a failure with its reason, not its reach
+
+
+def test_a_reduction_alone_has_no_conservative_variant_and_is_not_called_unsupported(agent):
+    src = _src('''
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.sum(x, dim=-1)
+
+
+        def get_inputs():
+            return [torch.randn(16, 64)]
+
+
+        def get_init_inputs():
+            return []
+    ''')
+    first = agent.generate(_request(src, "row_sum"))
+    assert first.program and not first.unsupported and "1 custom kernel" in first.coverage
+    second = agent.generate(_request(src, "row_sum", "functional", first.program,
+                                     Feedback(status="incorrect", reason="values differ"), 1))
+    assert second.program is None and not second.unsupported
+    assert "candidate failed (incorrect: values differ)" in second.error and "no program either" in second.error
 
 
 # ------------------------------------------------------------------------------------------------ unsupported
@@ -381,34 +409,21 @@ def test_conv_only_module_is_refused_with_a_clear_message(agent):
     res = agent.generate(_request(CONV_ONLY, "conv"))
     assert res.program is None
     assert "nothing to synthesize" in res.error and "conv2d" in res.error
+    assert res.unsupported and "kept in PyTorch: conv2d" in res.coverage
 
 
 def test_matmul_only_module_is_refused_with_a_clear_message(agent):
-    src = _src('''
-        import torch
-        import torch.nn as nn
-
-
-        class Model(nn.Module):
-            def forward(self, a, b):
-                return torch.matmul(a, b)
-
-
-        def get_inputs():
-            return [torch.randn(8, 8), torch.randn(8, 8)]
-
-
-        def get_init_inputs():
-            return []
-    ''')
+    src = (Path(__file__).parent / "fixtures_loop" / "problem_matmul_only.py").read_text()
     res = agent.generate(_request(src, "mm"))
     assert res.program is None and "matrix products" in res.error and "vendor library" in res.error
+    assert res.unsupported and "matrix product via torch" in res.coverage  # the run ends unsupported, not failed
 
 
 def test_data_dependent_control_flow_is_refused_with_a_clear_message(agent):
     res = agent.generate(_request(DATA_DEPENDENT, "branchy"))
     assert res.program is None
     assert "cannot trace" in res.error and "torch.fx" in res.error and "torch.export" in res.error
+    assert res.unsupported  # beyond the tracer: the same answer every time
 
 
 def test_partial_support_keeps_unsupported_nodes_in_pytorch(agent):

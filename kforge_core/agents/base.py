@@ -89,6 +89,12 @@ class GenerationResult:
     # does not compile (in that order; see extract.Extraction.alternatives)
     # The catalogue moves this candidate was built with (None: not stated; every recommendation counts as tried).
     moves: list[str] | None = None
+    # The agent cannot write this problem at all (no program, and asking again cannot change that): the run ends
+    # `unsupported` with `error` as the reason, instead of spending its functional steps. Rule-based agents only.
+    unsupported: bool = False
+    # What the agent covers of this problem, in words ("3 of 4 nodes synthesized ...; kept in PyTorch: argmax"):
+    # recorded with the iteration and reported per problem by `bench`. Empty: the agent does not say.
+    coverage: str = ""
 
 
 @dataclass

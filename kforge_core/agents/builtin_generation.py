@@ -21,6 +21,7 @@ from ..platform import TargetSpec, get_platform
 from ..synth.backends import select_backend
 from ..synth.plan.fusion import build_plan
 from ..synth.lower.graph import CannotEmit, lower
+from ..synth.lower.rowops import SLOW_NOTE
 from ..synth.plan.plans import ProgramPlan
 from ..synth.schedule import LABEL, MOVE_TITLES, Schedule, marker_line, order_for, read_marker
 from ..synth.trace import TraceFailed, trace_problem
@@ -129,9 +130,12 @@ class BuiltinGenerationAgent:
                     return GenerationResult(program=None, error=(
                         f"the built-in synthesizer's candidate failed ({fb.status}: {fb.reason[:300]}); keeping "
                         f"reductions in PyTorch gives the same program, so it has no other variant"))
-                if res.program:
-                    res.notes = (res.notes + "; " if res.notes else "") + \
-                        f"previous candidate failed ({fb.status}); reductions kept in PyTorch this time"
+                if res.program is None:  # it wrote a program before: a failure to report, not a problem out of reach
+                    return GenerationResult(program=None, coverage=res.coverage, error=(
+                        f"the built-in synthesizer's candidate failed ({fb.status}: {fb.reason[:300]}); with "
+                        f"reductions kept in PyTorch it has no program either ({res.error})"))
+                res.notes = (res.notes + "; " if res.notes else "") + \
+                    f"previous candidate failed ({fb.status}); reductions kept in PyTorch this time"
                 return res
             return self._build(req.problem_source, req.problem_name, tinfo, Schedule(), move=None)
         # optimization pass: one move on top of the previous schedule, the first recommended one that changes it
@@ -170,24 +174,26 @@ class BuiltinGenerationAgent:
     def _build(self, source: str, name: str, tinfo: TargetSpec, sched: Schedule, move: str | None) -> GenerationResult:
         backend = select_backend(tinfo)
         if backend is None:
-            return GenerationResult(program=None, error=(
-                f"the built-in generator has no kernel writer for target {tinfo.name!r} (candidate API "
+            return GenerationResult(program=None, unsupported=True, error=(
+                f"unsupported: the built-in generator has no kernel writer for target {tinfo.name!r} (candidate API "
                 f"{list(tinfo.candidate_api)}, formats {list(tinfo.formats)})"))
         size_class = self._size_class(tinfo)
         try:
             desc = self.trace(source, size_class)
         except TraceFailed as e:
-            return GenerationResult(program=None, error=f"cannot trace the problem: {e}")
+            return GenerationResult(program=None, error=f"cannot trace the problem: {e}", unsupported=e.untraceable)
         try:
             low = lower(desc, conservative=sched.conservative, fuse_cat=backend.fuses_cat,
                         halves=backend.half_dtypes)
         except CannotEmit as e:
-            return GenerationResult(program=None, error=f"cannot synthesize this module: {e}")
+            return GenerationResult(program=None, error=f"cannot synthesize this module: {e}", unsupported=True)
         plan = backend.refine(build_plan(low, fuse=sched.fuse), sched)
         report = share_report(plan)
         self.last_report = report
         if not plan.kernels:
-            return GenerationResult(program=None, error=report["nothing_message"], notes=report["summary"])
+            # nothing of it is ours to write: every schedule gives the same empty plan
+            return GenerationResult(program=None, error=report["nothing_message"], notes=report["summary"],
+                                    coverage=report["coverage"], unsupported=True)
         info = {"version": 1, "target": tinfo.name, "problem": _digest(source), "schedule": sched.to_dict(),
                 "size_class": desc.get("size_class"), "backend": backend.kind,
                 "kernels": [{"name": k.name, "label": k.label, "passes": k.npasses} for k in plan.kernels]}
@@ -197,7 +203,7 @@ class BuiltinGenerationAgent:
             program = backend.program(plan, desc, sched, tinfo, header, marker_line(info))
         except ValueError as e:
             return GenerationResult(program=None, error=f"cannot write a {tinfo.name} candidate: {e}",
-                                    notes=report["summary"])
+                                    notes=report["summary"], coverage=report["coverage"], unsupported=True)
         notes = report["summary"]
         reply = [f"Synthesized {len(plan.kernels)} kernel(s) from the traced graph ({desc.get('method', 'fx')}):"]
         for k in plan.kernels:
@@ -207,9 +213,10 @@ class BuiltinGenerationAgent:
             notes += f"; move {move!r}: {MOVE_TEXT[move]}"
             reply.insert(0, f"Applied move `{move}` ({MOVE_TITLES[move]}): {MOVE_TEXT[move]}.")
         for n in low.notes:
-            if n.startswith("traced with torch.export") or "size class" in n:
+            if n.startswith("traced with torch.export") or "size class" in n or n.startswith(SLOW_NOTE):
                 notes += f"; {n}"
-        return GenerationResult(program=program, reply_text="\n".join(reply), notes=notes)
+        return GenerationResult(program=program, reply_text="\n".join(reply), notes=notes,
+                                coverage=report["coverage"])
 
 
 def _sched_text(s: Schedule) -> str:
@@ -253,7 +260,8 @@ def share_report(plan: ProgramPlan) -> dict:
         nothing = (f"nothing to synthesize: no node has a kernel template (unsupported: {kept_text or 'none'}"
                    f"{'; ' + reasons if reasons else ''}). The built-in generator writes elementwise and "
                    f"last-dimension reduction kernels and fused epilogues of matrix products")
+    coverage = summary + (f" (not supported: {reasons})" if reasons else "")
     return {"total": total, "synthesized": len(handled), "in_kernels": len(in_kernels), "library": len(libs),
-            "kept": kept_labels, "kernels": nk, "share": pct / 100.0, "summary": summary,
+            "kept": kept_labels, "kernels": nk, "share": pct / 100.0, "summary": summary, "coverage": coverage,
             "nothing_message": nothing, "kept_reasons": {low.labels.get(o, o): low.kept_reasons.get(o, "")
                                                          for o in kept}}

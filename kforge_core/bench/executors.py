@@ -3,19 +3,23 @@
 An executor gets the problems still to do and calls `on_record(record)` once per finished problem, in this
 process (the bench writes progress and reports there, and nothing else writes them). It must leave a problem
 unrecorded when it did not finish -- Ctrl-C raises KeyboardInterrupt out of `run` after closing the runs it had
-started -- so that re-running the bench does that problem again. The Ray executor lives in ray_driver.py.
+started -- so that re-running the bench does that problem again. `should_start()` (when given) is asked before
+each problem starts: once it says False, no new problem starts, the ones running finish and are recorded, and
+`run` returns (the bench's time limit). The Ray executor lives in ray_driver.py.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import time
 from typing import Callable, Protocol
 
 from ..platform import get_platform
 from .suite import SuiteProblem
 
 OnRecord = Callable[[dict], None]
+ShouldStart = Callable[[], bool]
 
 
 class Executor(Protocol):
@@ -24,8 +28,21 @@ class Executor(Protocol):
     def describe(self) -> dict:
         """What the bench's meta says about where it ran (e.g. the device, the cluster address)."""
 
-    def run(self, problems: list[SuiteProblem], cfg, on_record: OnRecord) -> None:
-        """Solve every problem, calling `on_record` in this process as each one finishes."""
+    def run(self, problems: list[SuiteProblem], cfg, on_record: OnRecord,
+            should_start: ShouldStart | None = None) -> None:
+        """Solve every problem (while `should_start()` allows), calling `on_record` in this process as each one
+        finishes."""
+
+
+class TimeLimit:
+    """`should_start` for a time limit: True until `seconds` have passed since it was made."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    def __call__(self) -> bool:
+        return time.monotonic() < self.deadline
 
 
 class LocalExecutor:
@@ -42,19 +59,26 @@ class LocalExecutor:
     def describe(self) -> dict:
         return {"executor": "local", "device": self.platform.device_name(), "devices": self.devices}
 
-    def run(self, problems: list[SuiteProblem], cfg, on_record: OnRecord) -> None:
+    def run(self, problems: list[SuiteProblem], cfg, on_record: OnRecord,
+            should_start: ShouldStart | None = None) -> None:
         from .problem_run import solve_here
 
         if self.devices > 1 and len(problems) > 1:
+            # The pool hands out every task at once; a worker asks the clock when it takes one (a deadline in
+            # wall-clock time, the same for every process here) and returns None for one it must not start.
+            deadline = _wall_deadline(should_start)
             ctx = mp.get_context("spawn")
             queue = ctx.Queue()
             for d in range(self.devices):
                 queue.put(d)
             with ctx.Pool(self.devices, initializer=_init_worker, initargs=(queue,)) as pool:
-                for rec in pool.imap_unordered(_solve_star, [(p, cfg) for p in problems]):
-                    on_record(rec)
+                for rec in pool.imap_unordered(_solve_star, [(p, cfg, deadline) for p in problems]):
+                    if rec is not None:
+                        on_record(rec)
         else:
             for p in problems:
+                if should_start is not None and not should_start():
+                    return
                 on_record(solve_here(p, cfg))
 
 
@@ -62,10 +86,19 @@ def _init_worker(devices: "mp.Queue") -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
 
 
-def _solve_star(args) -> dict:
+def _wall_deadline(should_start: ShouldStart | None) -> float | None:
+    """`should_start`'s deadline as time.time() (it exposes its monotonic one as `deadline`)."""
+    deadline = getattr(should_start, "deadline", None)
+    return None if deadline is None else time.time() + (deadline - time.monotonic())
+
+
+def _solve_star(args) -> dict | None:
     from .problem_run import solve_here
 
-    return solve_here(*args)
+    problem, cfg, deadline = args
+    if deadline is not None and time.time() >= deadline:
+        return None  # the time limit passed before this worker got to it: left for the next run
+    return solve_here(problem, cfg)
 
 
 def make_executor(cfg) -> Executor:

@@ -4,6 +4,11 @@ fast_p: the share of ALL problems that were solved correctly AND ran more than p
 (fast_0 is the correctness rate). Geometric-mean speedup is reported two ways, each labelled: with failures counted
 as 1.0 (the agent leaves the problem as it was) and with failures excluded (over correct problems only).
 
+Every problem ends with one outcome (`outcome_of`): `correct`; `unsupported` (the agent said it cannot write the
+problem: the built-in's reach, not a failure); `failed` (the agent wrote programs, none correct: the record says
+the last verdict and its reason); `error` (the problem itself could not be run, e.g. its file does not import).
+`supported` counts correct + failed. The counts are given overall, per level and per problem kind (kinds.py).
+
 Records say which device each problem ran on. When a bench spans several kinds of device (a cluster of mixed
 GPUs), its overall figures mix them: the summary then names the devices (`mixed_devices`) and gives each its own
 figures (`per_device`), and every view of the summary says so next to the overall numbers.
@@ -16,6 +21,25 @@ import statistics
 
 P_VALUES = (0.0, 1.0, 1.2, 1.5, 2.0)
 BASELINES = ("eager", "compiled")
+OUTCOMES = ("correct", "failed", "unsupported", "error")
+
+
+def outcome_of(record: dict) -> str:
+    if record.get("correct"):
+        return "correct"
+    if record.get("status") == "unsupported":
+        return "unsupported"
+    if record.get("status") == "error":
+        return "error"
+    return "failed"
+
+
+def outcome_counts(records: list[dict]) -> dict:
+    """correct / failed / unsupported / error counts, and supported = correct + failed."""
+    counts = {o: 0 for o in OUTCOMES}
+    for r in records:
+        counts[outcome_of(r)] += 1
+    return {"supported": counts["correct"] + counts["failed"], **counts}
 
 
 def _speedup(record: dict, baseline: str) -> float | None:
@@ -39,7 +63,7 @@ def geomean(values: list[float]) -> float | None:
 def summarize(records: list[dict]) -> dict:
     n = len(records)
     correct = [r for r in records if r.get("correct")]
-    out: dict = {"problems": n, "correct": len(correct), "correctness_rate": len(correct) / n if n else None}
+    out: dict = {"problems": n, **outcome_counts(records), "correctness_rate": len(correct) / n if n else None}
     for b in BASELINES:
         speeds = [_speedup(r, b) for r in correct]
         known = [s for s in speeds if s is not None]
@@ -48,8 +72,15 @@ def summarize(records: list[dict]) -> dict:
             [(_speedup(r, b) or 1.0) if r.get("correct") else 1.0 for r in records])
         out[f"geomean_speedup_vs_{b}_correct_only"] = geomean(known)
         out[f"median_speedup_vs_{b}_correct_only"] = statistics.median(known) if known else None
+    out["geomean_speedup_vs_best_baseline_correct_only"] = geomean(
+        [s for r in correct if (s := best_baseline_speedup(r)) is not None])
+    out["geomean_speedup_vs_best_baseline_supported_failures_as_1"] = geomean(
+        [(best_baseline_speedup(r) or 1.0) if r.get("correct") else 1.0
+         for r in records if outcome_of(r) in ("correct", "failed")])
     levels = sorted({r.get("level") for r in records if r.get("level") is not None})
     out["per_level"] = {str(lv): summarize_level([r for r in records if r.get("level") == lv]) for lv in levels}
+    kinds = sorted({r["kind"] for r in records if r.get("kind")}, key=_kind_rank)
+    out["per_kind"] = {k: summarize_level([r for r in records if r.get("kind") == k]) for k in kinds}
     devices = sorted({r["device"] for r in records if r.get("device")})
     out["devices"] = devices
     if len(devices) > 1:
@@ -63,11 +94,41 @@ def mixed_devices_note(devices: list[str]) -> str:
             f"and geometric means mix them; see the per-device figures")
 
 
+def _kind_rank(kind: str) -> tuple:
+    from .kinds import KINDS
+
+    return (KINDS.index(kind) if kind in KINDS else len(KINDS), kind)
+
+
 def summarize_level(records: list[dict]) -> dict:
-    correct = [r for r in records if r.get("correct")]
+    """The figures of a part of the bench (a level, a kind, a device)."""
     return {
-        "problems": len(records), "correct": len(correct),
+        "problems": len(records), **outcome_counts(records),
         **{f"fast_1_vs_{b}": fast_p(records, 1.0, b) for b in BASELINES},
         **{f"geomean_speedup_vs_{b}_failures_as_1": geomean(
             [(_speedup(r, b) or 1.0) if r.get("correct") else 1.0 for r in records]) for b in BASELINES},
+        "geomean_speedup_vs_best_baseline_correct_only": geomean(
+            [s for r in records if r.get("correct") and (s := best_baseline_speedup(r)) is not None]),
     }
+
+
+def best_baseline_speedup(record: dict) -> float | None:
+    """The speedup over the faster of eager and torch.compile (None when neither was timed)."""
+    speeds = [s for b in BASELINES if (s := _speedup(record, b)) is not None]
+    return min(speeds) if speeds else None
+
+
+def counts_text(summary: dict) -> str:
+    """"correct 9/23 · failed 5 · unsupported 8 · error 1 (supported 14)": the outcomes apart, in one line."""
+    n = summary["problems"]
+    parts = [f"correct {summary['correct']}/{n}"] + [f"{o} {summary.get(o, 0)}" for o in OUTCOMES[1:]
+                                                    if o != "error" or summary.get(o)]
+    return " · ".join(parts) + f" (supported {summary.get('supported', 0)})"
+
+
+def partial_text(summary: dict) -> str:
+    """"" for a complete bench; else what stopped it and how many problems it did not start."""
+    if not summary.get("partial"):
+        return ""
+    return (f"partial: {summary.get('stopped_by') or 'stopped early'}; {summary.get('not_run')} of "
+            f"{summary.get('suite_problems')} problems not run (run the same command to go on)")

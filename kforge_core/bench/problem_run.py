@@ -43,9 +43,45 @@ def problem_base(problem: SuiteProblem) -> dict:
     return {"problem": problem.name, "level": problem.level, "path": str(problem.path)}
 
 
+REASON_CHARS = 300
+
+
+def trim_reason(text: str | None, limit: int = REASON_CHARS) -> str:
+    """A reason as one readable line: a traceback's last line (the exception), whitespace folded, cut at
+    `limit` characters with an ellipsis."""
+    text = (text or "").strip()
+    if not text:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if lines and lines[0].startswith("Traceback (most recent call last)"):
+        lines = [lines[-1]]
+    line = " ".join(" ".join(lines).split())
+    return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"
+
+
 def error_record(problem: SuiteProblem, error: str, start: float, **where) -> dict:
     return {**problem_base(problem), "status": "error", "correct": False, "error": error,
+            "last_status": None, "reason": trim_reason(error), "coverage": "",
             "wall_s": time.monotonic() - start, **where}
+
+
+def _coverage(store, run_id: str, best_iteration: int | None) -> str:
+    """The agent's coverage note: the best iteration's, else the last one an iteration carried."""
+    notes = {}
+    for e in store.events(run_id, kinds=("program_extracted", "program_missing")):
+        if (e["data"] or {}).get("coverage"):
+            notes[e["iteration"]] = e["data"]["coverage"]
+    if best_iteration in notes:
+        return notes[best_iteration]
+    return notes[max(notes)] if notes else ""
+
+
+def _last_judged(iterations: list[dict]) -> dict | None:
+    """The last iteration the evaluator judged (its verdict says what went wrong; a refusal that followed it, such
+    as the built-in's "no other variant", only repeats it); with none, the last one that ended at all."""
+    finished = [it for it in iterations if it.get("status") and it["status"] != "cancelled"]
+    judged = [it for it in finished if it.get("verdict")]
+    return (judged or finished or [None])[-1]
 
 
 def run_record(store, run_id: str, problem: SuiteProblem, start: float, **where) -> dict:
@@ -54,7 +90,13 @@ def run_record(store, run_id: str, problem: SuiteProblem, start: float, **where)
     iterations = store.iterations(run_id)
     best = next((it for it in iterations if it["index"] == run.get("best_iteration")), None)
     verdict = (best or {}).get("verdict") or {}
+    last = _last_judged(iterations)
+    # Why it is not correct, in the evaluator's (or the agent's) words: the last iteration's reason (the run's own
+    # error, e.g. "no correct program in 3 functional step(s)", says only that the budget ran out)
+    reason = "" if best is not None else trim_reason((last or {}).get("reason") or run.get("error"))
     return {**problem_base(problem), "status": run["status"], "correct": best is not None, "run_id": run["id"],
+            "last_status": (last or {}).get("status"), "reason": reason,
+            "coverage": _coverage(store, run_id, run.get("best_iteration")),
             "candidate_ms": run.get("best_candidate_ms") or verdict.get("candidate_ms"),
             "eager_ms": verdict.get("eager_ms") or run.get("eager_ms"),
             "compiled_ms": verdict.get("compiled_ms") or run.get("compiled_ms"),

@@ -91,7 +91,10 @@ class RayExecutor:
     def describe(self) -> dict:
         return {"executor": "ray", "cluster": self.address}
 
-    def run(self, problems: list[SuiteProblem], cfg, on_record) -> None:
+    def run(self, problems: list[SuiteProblem], cfg, on_record, should_start=None) -> None:
+        if should_start is not None:  # every task is submitted at once; Ray would need to cancel queued ones
+            raise UsageError("--time-limit is for this machine's executor; a bench on a Ray cluster runs to the end "
+                             "(Ctrl-C stops it, and the same command resumes)")
         if not problems:
             return
         ray = import_ray()

@@ -8,16 +8,21 @@ import json
 from pathlib import Path
 
 from .charts import fast_p_figure, speedup_figure
-from .metrics import P_VALUES, mixed_devices_note, summarize
+from .metrics import P_VALUES, counts_text, mixed_devices_note, partial_text, summarize
 
-CSV_FIELDS = ("problem", "level", "status", "correct", "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager",
+CSV_FIELDS = ("problem", "level", "status", "correct", "outcome", "kind", "last_status", "reason", "coverage",
+              "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager",
               "speedup_vs_compiled", "custom_share", "below_custom_share", "iterations", "run_id", "node", "device",
               "wall_s", "error")
 
 
+# What the bench's meta says about its completion, repeated in the summary (a partial result must read as one)
+COMPLETION_KEYS = ("partial", "suite_problems", "not_run", "stopped_by")
+
+
 def write_reports(out_dir: Path, records: list[dict], meta: dict) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(records)
+    summary = {**summarize(records), **{k: meta[k] for k in COMPLETION_KEYS if k in meta}}
     (out_dir / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "problems": records},
                                                      indent=1, default=str))
     with open(out_dir / "results.csv", "w", newline="") as f:
@@ -50,15 +55,16 @@ def render_html(records: list[dict], summary: dict, meta: dict) -> str:
         for label, key, suffix in (("geometric mean, failures counted as 1.0×", "geomean_speedup", "_failures_as_1"),
                                    ("geometric mean, correct problems only", "geomean_speedup", "_correct_only"),
                                    ("median, correct problems only", "median_speedup", "_correct_only")))
-    level_rows = "".join(
-        f"<tr><td>level {lv}</td><td>{s['correct']}/{s['problems']}</td><td>{_fmt(s['fast_1_vs_eager'], True)}</td>"
-        f"<td>{_fmt(s['fast_1_vs_compiled'], True)}</td></tr>" for lv, s in summary["per_level"].items())
+    part_rows = "".join(_part_row(f"level {lv}", s) for lv, s in summary["per_level"].items()) + "".join(
+        _part_row(html.escape(k), s) for k, s in summary.get("per_kind", {}).items())
     problem_rows = "".join(
-        "<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k in ("problem", "level", "status", "candidate_ms",
+        "<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k in ("problem", "level", "kind", "outcome",
+                                                             "last_status", "candidate_ms",
                                                              "eager_ms", "compiled_ms", "speedup_vs_eager",
                                                              "speedup_vs_compiled", "custom_share",
                                                              "iterations", "node", "device")) +
-        f"<td>{html.escape(str(r.get('error') or ''))[:200]}</td></tr>" for r in records)
+        f"<td>{html.escape(r.get('reason') or '')}</td><td>{html.escape(r.get('coverage') or '')}</td></tr>"
+        for r in records)
     device_rows = "".join(
         f"<tr><td>{html.escape(d)}</td><td>{s['correct']}/{s['problems']}</td>"
         f"<td>{_fmt(s['fast_1_vs_eager'], True)}</td><td>{_fmt(s['geomean_speedup_vs_eager_failures_as_1'])}</td>"
@@ -71,13 +77,32 @@ def render_html(records: list[dict], summary: dict, meta: dict) -> str:
 <style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ddd;padding:4px 8px;font-size:14px}}th{{background:#f4f4f4}}</style></head><body>
 <h1>KForge benchmark</h1><p>{meta_text}</p>
-<p>Correct: <b>{summary['correct']}/{summary['problems']}</b> ({_fmt(summary['correctness_rate'], True)}).
+{_partial_html(summary)}<p>{_counts_html(summary)}
 fast_p is the share of all problems that are correct and more than p× faster than the baseline.</p>
 <table><tr><th></th><th>vs eager</th><th>vs torch.compile</th></tr>{fast_rows}{geo_rows}</table>{mixed}
-<h2>Per level</h2><table><tr><th>level</th><th>correct</th><th>fast_1 vs eager</th><th>fast_1 vs compile</th></tr>
-{level_rows}</table>
+<h2>Per level and per kind</h2><table><tr><th></th><th>problems</th><th>correct</th><th>failed</th>
+<th>unsupported</th><th>error</th><th>fast_1 vs eager</th><th>fast_1 vs compile</th>
+<th>geomean vs the better baseline (correct only)</th></tr>{part_rows}</table>
 {fig_a}{fig_b}
-<h2>Problems</h2><table><tr><th>problem</th><th>level</th><th>status</th><th>candidate ms</th><th>eager ms</th>
-<th>compile ms</th><th>vs eager</th><th>vs compile</th><th>own kernels</th><th>iterations</th><th>node</th>
-<th>device</th><th>error</th></tr>{problem_rows}</table>
+<h2>Problems</h2><p>In the order they ran (stratified by kind). <i>last verdict</i> and <i>reason</i>: the last
+iteration's status and why a problem is not correct; <i>coverage</i>: what the agent says it covers of it.</p>
+<table><tr><th>problem</th><th>level</th><th>kind</th><th>outcome</th><th>last verdict</th><th>candidate ms</th>
+<th>eager ms</th><th>compile ms</th><th>vs eager</th><th>vs compile</th><th>own kernels</th><th>iterations</th>
+<th>node</th><th>device</th><th>reason</th><th>coverage</th></tr>{problem_rows}</table>
 </body></html>"""
+
+
+def _counts_html(summary: dict) -> str:
+    return f"<b>{html.escape(counts_text(summary))}</b> ({_fmt(summary['correctness_rate'], True)} correct)."
+
+
+def _partial_html(summary: dict) -> str:
+    text = partial_text(summary)
+    return f"<p style='color:#a40'><b>{html.escape(text)}</b></p>" if text else ""
+
+
+def _part_row(label: str, s: dict) -> str:
+    return (f"<tr><td>{label}</td><td>{s['problems']}</td><td>{s['correct']}</td><td>{s.get('failed', 0)}</td>"
+            f"<td>{s.get('unsupported', 0)}</td><td>{s.get('error', 0)}</td>"
+            f"<td>{_fmt(s['fast_1_vs_eager'], True)}</td><td>{_fmt(s['fast_1_vs_compiled'], True)}</td>"
+            f"<td>{_fmt(s.get('geomean_speedup_vs_best_baseline_correct_only'))}</td></tr>")

@@ -1,6 +1,9 @@
 """Run an agent over a suite, one synthesis run per problem, recorded in the run store.
 
 Resumable: each finished problem is appended to DIR/progress.jsonl; re-running the same command skips those.
+Problems run in a stratified order (kinds.py: one of every kind first, then each kind near its share), so a bench
+cut short -- by `time_limit_s` (no new problem starts after it; the running one finishes and is recorded), Ctrl-C
+or a device lease running out -- has measured a representative part of the suite, and the next run goes on.
 Where the problems run is the executor's business (executors.py): this machine, one worker per device (the
 default), or a Ray cluster (`cluster`, ray_driver.py). Either way only this process writes progress.jsonl and the
 reports, and every record says on which node and device its problem ran.
@@ -10,12 +13,15 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .kinds import problem_kind, stratified
+from .metrics import outcome_of
 from .report import write_reports
-from .suite import resolve_suite
+from .suite import SuiteProblem, resolve_suite
 
 
 @dataclass
@@ -40,6 +46,7 @@ class BenchConfig:
     min_custom_share: float | None = None  # below it a correct candidate counts as not faster (see below_share)
     cluster: str | None = None  # a Ray address ("auto", "ray://HOST:PORT", "HOST:PORT"); None: this machine
     cpus_per_task: float = 1.0  # Ray: CPU cores one CPU-target problem asks for
+    time_limit_s: float | None = None  # no problem starts after this many seconds (this machine's executor)
 
 
 def _load_progress(path: Path) -> dict[str, dict]:
@@ -61,6 +68,8 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
 
     executor = executor or make_executor(cfg)
     problems = resolve_suite(cfg.suite, cfg.level)
+    kinds = {p.name: problem_kind(p) for p in problems}
+    problems = stratified(problems, kinds)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     progress_path = cfg.out_dir / "progress.jsonl"
     done = _load_progress(progress_path)
@@ -76,25 +85,57 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
             f.write(json.dumps(rec, default=str) + "\n")
         done[rec["problem"]] = rec
         sx = rec.get("speedup_vs_eager")
-        result = f"correct, {sx:.2f}x vs eager" if rec.get("correct") and sx else rec["status"]
+        outcome = outcome_of(rec)
+        result = f"correct, {sx:.2f}x vs eager" if outcome == "correct" and sx else outcome
+        if outcome != "correct" and rec.get("reason"):
+            last = f"last verdict {rec['last_status']}: " if rec.get("last_status") else ""
+            result += f" ({last}{rec['reason'][:160]})"
         bar = "#" * int(20 * finished / len(problems))
         where = f" on {rec['node']}" if executor.name != "local" and rec.get("node") else ""
         progress(f"[{bar:<20}] {finished}/{len(problems)} {rec['problem']}: {result} ({rec['wall_s']:.0f} s{where})")
 
     meta = {"suite": cfg.suite, "level": cfg.level, "target": cfg.target, **executor.describe(),
             "agent": cfg.agent, "model": cfg.model, "size_class": cfg.size_class, "tolerance": cfg.tolerance,
-            "max_functional_iters": cfg.max_functional_iters, "max_optimization_iters": cfg.max_optimization_iters}
+            "max_functional_iters": cfg.max_functional_iters, "max_optimization_iters": cfg.max_optimization_iters,
+            "order": "stratified by problem kind", "time_limit_s": cfg.time_limit_s}
+    limit = None
+    if cfg.time_limit_s is not None:
+        from .executors import TimeLimit
+
+        limit = TimeLimit(cfg.time_limit_s)
     try:
-        executor.run(todo, cfg, note)
+        if limit is None:
+            executor.run(todo, cfg, note)
+        else:
+            executor.run(todo, cfg, note, should_start=limit)
     except KeyboardInterrupt:
-        write_reports(cfg.out_dir, _judged(done, problems, cfg), meta)
+        write_reports(cfg.out_dir, _judged(done, problems, kinds, cfg), {**meta, **_completion(done, problems)})
         progress(f"interrupted after {len(done)} of {len(problems)} problems; run the same command to resume")
         raise
-    return write_reports(cfg.out_dir, _judged(done, problems, cfg), {**meta, "min_custom_share": cfg.min_custom_share})
+    completion = _completion(done, problems, cfg.time_limit_s if limit is not None and not limit() else None)
+    if completion["partial"]:
+        progress(f"time limit of {cfg.time_limit_s:g} s reached: {completion['not_run']} of {len(problems)} "
+                 f"problems not started; run the same command to go on")
+    return write_reports(cfg.out_dir, _judged(done, problems, kinds, cfg),
+                         {**meta, "min_custom_share": cfg.min_custom_share, **completion})
 
 
-def _judged(done: dict[str, dict], problems, cfg: BenchConfig) -> list[dict]:
-    return [below_share(done[p.name], cfg.min_custom_share) for p in problems if p.name in done]
+def _completion(done: dict[str, dict], problems: list[SuiteProblem], limit_hit: float | None = None) -> dict:
+    """Whether the results cover the whole suite; what stopped them when not."""
+    left = sum(1 for p in problems if p.name not in done)
+    why = (f"time limit of {limit_hit:g} s reached" if limit_hit is not None else "interrupted") if left else None
+    return {"partial": bool(left), "suite_problems": len(problems), "not_run": left, "stopped_by": why}
+
+
+def _judged(done: dict[str, dict], problems, kinds: dict[str, str], cfg: BenchConfig) -> list[dict]:
+    """Finished problems in the suite's (stratified) order, each with its kind and outcome (worked out here, so
+    records from an older progress file get them too)."""
+    out = []
+    for p in problems:
+        if p.name in done:
+            rec = below_share({**done[p.name], "kind": kinds[p.name]}, cfg.min_custom_share)
+            out.append({**rec, "outcome": outcome_of(rec)})
+    return out
 
 
 def below_share(record: dict, min_share: float | None) -> dict:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..bench.metrics import mixed_devices_note
+from ..bench.metrics import counts_text, mixed_devices_note, partial_text
 from ..errors import UsageError
 from ..platform import get_platform
 from ..eval.tolerance import POLICIES
@@ -17,8 +17,12 @@ def register(sub) -> None:
     p = sub.add_parser("bench", help="run an agent over a problem suite and report fast_p and speedups",
                        description="Suites: 'gallery', 'gallery:levelN', a directory in KernelBench's layout "
                                    "(level1/, level2/, ...), a directory of problem files, a text file listing "
-                                   "problem paths or gallery names, or comma-separated gallery names. Re-running "
-                                   "the same command with the same --out resumes where it stopped.")
+                                   "problem paths or gallery names, or comma-separated gallery names. Problems run "
+                                   "in a stratified order (one of every kind first, then each kind near its share "
+                                   "of the suite), so a bench cut short is a representative sample. Re-running "
+                                   "the same command with the same --out resumes where it stopped. Each problem "
+                                   "ends correct, failed (with its last verdict and reason), unsupported (the "
+                                   "agent cannot write it) or error (the problem file does not run).")
     p.add_argument("--suite", required=True, help="PATH_OR_NAME (see above)")
     p.add_argument("--level", type=int, help="only problems of this level")
     p.add_argument("--target", required=True)
@@ -44,6 +48,9 @@ def register(sub) -> None:
                         "[cluster] address")
     p.add_argument("--cpus-per-task", type=float, default=1.0,
                    help="with --cluster and the CPU target: cores one problem asks for (default 1)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="start no new problem after SECONDS (the running one finishes and is recorded); the "
+                        "results say they are partial, and re-running the same command goes on")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--min-custom-share", type=float, default=None, metavar="FRACTION",
                    help="count a correct candidate whose own kernels take less than this share of its forward's "
@@ -70,7 +77,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.min_custom_share is not None and not 0 <= args.min_custom_share <= 1:
         raise UsageError(f"--min-custom-share must be a fraction between 0 and 1, got {args.min_custom_share:g}")
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise UsageError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
     cluster, _ = resolve_address(args.cluster)
+    if cluster and args.time_limit is not None:
+        raise UsageError("--time-limit is for this machine's executor; a bench on a Ray cluster runs to the end "
+                         "(Ctrl-C stops it, and the same command resumes)")
     if cluster and args.devices:
         raise UsageError("--devices is for this machine; on a cluster Ray places one problem per free device")
     # on a cluster the target's devices are on the worker nodes, which check it; this machine may have none
@@ -85,15 +97,22 @@ def run(args: argparse.Namespace) -> int:
                       max_optimization_iters=args.max_optimization_iters, size_class=size_class,
                       tolerance=args.tolerance, devices=args.devices, cluster=cluster,
                       cpus_per_task=args.cpus_per_task,
-                      eval_baselines=not args.no_baselines, min_custom_share=args.min_custom_share)
+                      eval_baselines=not args.no_baselines, min_custom_share=args.min_custom_share,
+                      time_limit_s=args.time_limit)
     summary = run_bench(cfg)
     if args.json:
         print_json(summary)
     else:
-        print(f"correct {summary['correct']}/{summary['problems']}; "
+        print(f"{counts_text(summary)}; "
               f"fast_1 vs eager {_pct(summary['fast_p_vs_eager']['1'])}, vs torch.compile "
               f"{_pct(summary['fast_p_vs_compiled']['1'])}; geomean vs eager (failures as 1.0) "
-              f"{_x(summary['geomean_speedup_vs_eager_failures_as_1'])}")
+              f"{_x(summary['geomean_speedup_vs_eager_failures_as_1'])}, vs the better of eager and "
+              f"torch.compile (correct only) {_x(summary['geomean_speedup_vs_best_baseline_correct_only'])}")
+        for label, parts in (("level", summary["per_level"]), ("kind", summary.get("per_kind", {}))):
+            for name, s in parts.items():
+                print(f"  {label} {name}: {counts_text(s)}; fast_1 vs eager {_pct(s['fast_1_vs_eager'])}")
+        if summary.get("partial"):
+            print(partial_text(summary))
         if summary.get("mixed_devices"):
             print(f"warning: {mixed_devices_note(summary['mixed_devices'])}")
         print(f"report: {Path(args.out) / 'report.html'}")

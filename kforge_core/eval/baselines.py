@@ -7,8 +7,9 @@ child, at the compiled baseline's turn in a trial, sends a relay request through
 (this module's `BaselineRelay`) has the server time the baseline on that trial's inputs (made from the same seed)
 and keeps the time itself, then lets the child go on. The child never sees the baseline's numbers.
 
-The eager baseline stays in the evaluation child: it is the correctness reference every timed output is checked
-against, and building it (constructing `Model`) costs milliseconds.
+The eager baseline is timed where the reference lives: in the judge (`kforge_core.eval.judged`), a process that never
+imports candidate code (in the one evaluation child when the split is off); building it (constructing `Model`)
+costs milliseconds.
 
 Servers live until `release(key)`, `close_all()`, or their caller exits (parent-death signal); at most
 `MAX_SERVERS` are kept, the least recently used closed first. `KFORGE_SHARED_BASELINE=0` turns them off (every

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import ProblemError, SandboxError, UsageError
 from ..platform import get_platform
 from ..problem import Problem, ProblemReport
-from . import baselines, ceilings
+from . import baselines, ceilings, judged
 from .harness import watchdog
 from .sandbox import ChildOutcome, run_child
 from .tolerance import get_policy
@@ -127,15 +127,22 @@ def evaluate(problem: Problem, candidate_source: str, target: str, options: Eval
         request["remote_compiled"] = True
     elif server is not None and server.error:
         request["compiled_unavailable"] = server.error  # compiling again in every child would fail again
-    outcome = run_child(request, {"problem.py": problem.source, "candidate.py": candidate_source},
-                        timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
-                        limit_address_space=platform.limit_address_space,
-                        fork_server_safe=platform.fork_server_safe, on_stage=on_stage, relay=relay, cancel=cancel)
+    files = {"problem.py": problem.source, "candidate.py": candidate_source}
+    limits = dict(timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
+                  limit_address_space=platform.limit_address_space, fork_server_safe=platform.fork_server_safe,
+                  on_stage=on_stage, relay=relay, cancel=cancel)
+    if judged.enabled():  # the judge in one process, the candidate in another (docs/EVALUATOR.md)
+        outcome = judged.run_judged(run_child, request, files, **limits)
+    else:
+        outcome = run_child(request, files, **limits)
     if outcome.cancelled:
         raise EvaluationCancelled()
     if outcome.result is not None:
         ceilings.store_reported(outcome.result.pop("measured_ceilings", None))
     verdict = _outcome_to_verdict(outcome, platform.name, options.timeout_s)
+    if not judged.enabled() and outcome.result is not None:
+        verdict.warnings.append("judged in the candidate's own process (KFORGE_JUDGE=0 or no memfd on this OS): "
+                                "code that gets past the static rules and guards could forge this verdict")
     if relay is not None:
         _merge_shared_baseline(verdict, relay, server)
     mark_noise(verdict)

@@ -85,6 +85,12 @@ def child_environment(workdir: Path, isolated: bool = False) -> dict[str, str]:
         XDG_CACHE_HOME=str(cache_dir() / "xdg"),
     )
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    # An evaluation runs in several processes that each hold an OpenMP pool (the judge timing eager, the candidate's
+    # process, the torch.compile baseline server): pools that spin after each parallel region (GNU's default) take
+    # the cores from the process whose turn it is. Measured on the 2-core box, one run, swish_small: the judge's
+    # fastest bracket around a 0.24 ms timed call 3.6-8.4 ms spinning, 0.25-0.27 ms passive; the compiled
+    # baseline 24-55 ms spinning, 4-11 ms passive. The caller's own setting wins.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 
 
@@ -339,7 +345,8 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
 
 def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
               limit_address_space: bool, module: str = "kforge_core.eval.harness.child",
-              fork_server_safe: bool = False, collect=None, on_stage=None, relay=None, cancel=None) -> ChildOutcome:
+              fork_server_safe: bool = False, collect=None, on_stage=None, relay=None, cancel=None,
+              peer=None) -> ChildOutcome:
     """Run the evaluation harness (or `python -m module`) on `request` with `files` in a private directory.
 
     The harness child is forked from the fork server when the platform is fork-safe and a server is available
@@ -352,7 +359,8 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
     `on_stage(dict)` receives the stages the child reports, `relay(dict) -> dict` answers its relay requests (see
     `kforge_core.eval.progress_channel`: two FIFOs this process makes and opens in the private directory, which
     the isolated child sees at the same path), and `cancel()` returning True kills the child's process group (and
-    its pids cgroup) at once (the outcome says `cancelled`)."""
+    its pids cgroup) at once (the outcome says `cancelled`). `peer` (a socket) is handed to the child as
+    `peer_fd`: the channel between a judge and the candidate's process (`kforge_core.eval.judged`)."""
     from . import forkserver
     from .build_service import BuildService
     from .progress_channel import ProgressChannel
@@ -382,20 +390,27 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
                 server = None  # spawning still works; only slower
         start = time.monotonic()
         fds = chans.fds()
-        if module == "kforge_core.eval.harness.child" and request.get("mode") != "build":
+        extra: dict[str, int] = {}  # request field -> the caller's descriptor, beyond result and logs
+        judge = peer is not None and request.get("mode") != "worker"  # a judge builds nothing
+        if module == "kforge_core.eval.harness.child" and request.get("mode") != "build" and not judge:
             builds = BuildService(start + timeout_s, fork_server_safe, memory_limit_mb, limit_address_space)
-            fds = (*fds, builds.theirs.fileno())
+            extra["build_fd"] = builds.theirs.fileno()
+        if peer is not None:
+            extra["peer_fd"] = peer.fileno()
+        fds = (*fds, *extra.values())
         pid = None
         if server is not None:
-            try:
-                pid = server.fork(workdir, {**full_request, "candidate_log_fd": 3,
-                                            **({"build_fd": 4} if builds else {})},
+            try:  # a forked child finds them at 4, 5, ... in this order
+                numbered = {name: 4 + i for i, name in enumerate(extra)}
+                pid = server.fork(workdir, {**full_request, "candidate_log_fd": 3, **numbered},
                                   memory_limit_mb, limit_address_space, fds, plan, group and group.procs)
             except SandboxError:
                 server = None  # retired or gone meanwhile: this evaluation is spawned instead
         if server is not None:
             if builds:
                 builds.child_started()
+            if peer is not None:
+                peer.close()  # the child holds it now: when the child is gone, the other end sees EOF
             if plan is not None:
                 channel.outer_pid = pid
             timed_out, memory_exceeded = _supervise(pid, lambda: server.returncode(pid), start, timeout_s,
@@ -405,9 +420,9 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
             if timed_out or memory_exceeded:
                 forkserver.retire(server)  # it ran away: the next evaluation gets a fresh server
         else:
-            returncode, timed_out, memory_exceeded = _spawn(workdir, full_request, env, module, start, timeout_s,
-                                                            memory_limit_mb, limit_address_space, fds, plan, builds,
-                                                            group, supervision)
+            returncode, timed_out, memory_exceeded = _spawn(workdir, {**full_request, **extra}, env, module, start,
+                                                            timeout_s, memory_limit_mb, limit_address_space, fds,
+                                                            plan, builds, group, supervision, peer)
         wall = time.monotonic() - start
         channel.close()
         redact = redactor()
@@ -435,6 +450,8 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         chans.close()
         if builds is not None:
             builds.close()
+        if peer is not None:
+            peer.close()
         shutil.rmtree(workdir, ignore_errors=True)
         if plan and plan.get("root"):
             try:
@@ -445,9 +462,10 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
 
 def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, timeout_s: float,
            memory_limit_mb: int | None, limit_address_space: bool, fds: tuple[int, ...],
-           plan: dict | None, builds, group, supervision: Supervision | None = None) -> tuple[int | None, bool, bool]:
-    result_fd, log_fd, cand_fd, *extra = fds
-    request = {**request, "candidate_log_fd": cand_fd, **({"build_fd": extra[0]} if extra else {})}
+           plan: dict | None, builds, group, supervision: Supervision | None = None,
+           peer=None) -> tuple[int | None, bool, bool]:
+    result_fd, log_fd, cand_fd, *extra = fds  # the request names the extra ones by their numbers here
+    request = {**request, "candidate_log_fd": cand_fd}
     cmd = python_command(module)
     if plan is not None:  # the launcher enters the namespaces, then execs the child in them
         cmd = [sys.executable, "-S", *PYTHON_FLAGS, "-m", "kforge_core.eval.jail", json.dumps(plan), "--", *cmd]
@@ -460,6 +478,8 @@ def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, t
         raise SandboxError(f"could not start the evaluation process: {e}") from e
     if builds is not None:
         builds.child_started()
+    if peer is not None:
+        peer.close()
     if plan is not None and supervision is not None and supervision.channel is not None:
         supervision.channel.outer_pid = proc.pid  # the jail launcher, whose death ends the evaluation's namespace
     try:

@@ -12,7 +12,9 @@ with exactly one `RunFinished`, whatever happens inside (a cancel, a fatal endpo
 as an event first, then re-raised).
 
 A deterministic generator (the built-in one) that answers a step without a program ends the pass with its reason:
-the same request would get the same answer.
+the same request would get the same answer. An agent that says it cannot write the problem at all
+(`GenerationResult.unsupported`) on the first functional step ends the run `unsupported`, with its reason, after
+that one step: not a failure of the run, the edge of the agent's reach.
 
 The model's mistakes are data: a compile error, a wrong kernel, a reply without a program end an iteration with
 that status and are fed back to the next generation. An endpoint failure (timeout, 5xx, broken stream after the
@@ -81,6 +83,7 @@ class Synthesis(CandidateSteps):
         self._open: dict[int, str] = {}  # iterations started and not finished -> pass
         self._facts: str | None = None
         self.stop_reason = ""
+        self.unsupported = False  # the agent said, on the first functional step, it cannot write this problem
         self.finished = False
 
     # ------------------------------------------------------------------------------------------ dispatch
@@ -171,6 +174,8 @@ class Synthesis(CandidateSteps):
     def _outcome(self) -> tuple[str, str | None]:
         if self.state.best is not None:
             return "succeeded", None
+        if self.unsupported:
+            return "unsupported", self.stop_reason
         return "failed", self.stop_reason or "no correct program was found"
 
     def _close(self, status: str, error: str | None, endpoint_failure: bool = False) -> Iterator[LoopEvent]:
@@ -229,6 +234,10 @@ class Synthesis(CandidateSteps):
             st.last = min(judged, key=lambda a: (STATUS_RANK.get(a.status, 9), a.iteration))
         else:
             st.functional_steps -= 1  # the endpoint failed, the model was not judged: the step is not used up
+        if st.best is None and st.functional_steps == 1 and judged and all(a.unsupported for a in judged):
+            self.unsupported = True
+            self.stop_reason = judged[0].reason
+            return Next.STOP
         refusal = self._refusal(judged)
         if st.best is None and refusal:
             self.stop_reason = refusal

@@ -127,9 +127,11 @@ class ProgramExtracted(LoopEvent):
     code: str
     language: str = "python"
     notes: str = ""
+    coverage: str = ""  # GenerationResult.coverage: what the agent covers of the problem
 
     def data(self) -> dict:
-        return {"iteration": self.iteration, "code": self.code, "language": self.language, "notes": self.notes}
+        return {"iteration": self.iteration, "code": self.code, "language": self.language, "notes": self.notes,
+                "coverage": self.coverage}
 
 
 @dataclass(frozen=True)
@@ -138,9 +140,12 @@ class ProgramMissing(LoopEvent):
     iteration: int
     error: str
     reply_excerpt: str = ""
+    coverage: str = ""  # GenerationResult.coverage
+    unsupported: bool = False  # GenerationResult.unsupported: the run ends `unsupported`
 
     def data(self) -> dict:
-        return {"iteration": self.iteration, "error": self.error, "reply_excerpt": self.reply_excerpt}
+        return {"iteration": self.iteration, "error": self.error, "reply_excerpt": self.reply_excerpt,
+                "coverage": self.coverage, "unsupported": self.unsupported}
 
 
 @dataclass(frozen=True)
@@ -327,7 +332,7 @@ class BestUpdated(LoopEvent):
 class RunFinished(LoopEvent):
     kind: ClassVar[str] = "run_finished"
     stored_by_store: ClassVar[bool] = True
-    status: str  # "succeeded" | "failed" | "cancelled"
+    status: str  # "succeeded" | "failed" | "unsupported" | "cancelled"
     error: str | None = None
     stop_reason: str = ""  # why the loop stopped, in words ("patience: 3 steps without a faster program")
     best_iteration: int | None = None

@@ -8,7 +8,8 @@ the loop at its next check point: between steps, the next streamed token, or -- 
 evaluator's supervision loop, which kills the evaluation's process group at once and ends the run as cancelled.
 
 Whatever stops the run -- the loop's own end, a cancel, Ctrl-C, an endpoint refusal, a bug -- the record is left
-consistent: every started iteration finished with a status, the run finished as succeeded / failed / cancelled.
+consistent: every started iteration finished with a status, the run finished as succeeded / failed / unsupported /
+cancelled.
 Only a killed process (SIGKILL, power loss) leaves a run "running"; `RunStore.mark_interrupted_runs` (called at
 CLI and worker start) turns it into "interrupted", and `resume_run` continues it from its last finished iteration.
 """

@@ -181,8 +181,10 @@ class CandidateSteps:
         recs = [r.to_dict() for r in recommendations] or None
         if result.program is None:
             error = result.error or "the reply held no program"
-            yield ProgramMissing(iteration=i, error=error, reply_excerpt=_excerpt(result.reply_text))
-            attempt = Attempt(i, pass_name, "no_program", error, recommendations=recommendations)
+            yield ProgramMissing(iteration=i, error=error, reply_excerpt=_excerpt(result.reply_text),
+                                 coverage=result.coverage, unsupported=result.unsupported)
+            attempt = Attempt(i, pass_name, "no_program", error, recommendations=recommendations,
+                              unsupported=result.unsupported)
             yield self._finished(attempt, recs)
             return attempt
         code, verdict = yield from self._first_that_compiles(i, result, pass_name)
@@ -227,7 +229,8 @@ class CandidateSteps:
         extract.Extraction.alternatives). The first that compiles is the iteration's program; when none does,
         the first one tried, with its compiler output. Returns (code, verdict)."""
         candidates = [result.program, *getattr(result, "alternatives", [])]
-        yield ProgramExtracted(iteration=i, code=candidates[0], language="python", notes=result.notes)
+        yield ProgramExtracted(iteration=i, code=candidates[0], language="python", notes=result.notes,
+                               coverage=result.coverage)
         first: tuple[str, Verdict] | None = None
         for n, code in enumerate(candidates):
             self._check_cancel()

@@ -63,6 +63,7 @@ class Attempt:
     verdict: Verdict | None = None
     recommendations: list[Recommendation] = field(default_factory=list)
     endpoint_failure: bool = False  # no program because the endpoint failed (or the run stopped), not the model
+    unsupported: bool = False  # no program because the agent cannot write this problem (GenerationResult.unsupported)
 
     @property
     def candidate_ms(self) -> float | None:

@@ -1,6 +1,6 @@
 """Runs: one synthesis of a problem for a target, and its lifecycle.
 
-    create_run -> queued --start_run--> running --finish_run--> succeeded | failed | cancelled
+    create_run -> queued --start_run--> running --finish_run--> succeeded | failed | unsupported | cancelled
     queued | running --mark_interrupted_runs--> interrupted      (worker gone, or heartbeat stale)
     interrupted | failed | cancelled --resume_run--> running
     a manual run (kind "manual"): also succeeded --resume_run--> running, once per version a person evaluates
@@ -31,13 +31,14 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    UNSUPPORTED = "unsupported"  # the agent cannot write this problem (said on the first step); not resumable
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
 
 
 RUN_STATUSES = frozenset(s.value for s in RunStatus)
 LIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
-FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.UNSUPPORTED, RunStatus.CANCELLED)
 RESUMABLE_STATUSES = (RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.CANCELLED)
 # "synthesis": the agents write the programs; "manual": a person does, each evaluation a version (the Workbench)
 RUN_KINDS = ("synthesis", "manual")
@@ -229,8 +230,8 @@ class RunsMixin(IterationsMixin):
                                "heartbeat_at": utc_now()})
 
     def finish_run(self, run_id: str, status: str, error: str | None = None, stop_reason: str = "") -> int:
-        """End the run as succeeded / failed / cancelled; appends `run_finished` (with the loop's `stop_reason`,
-        why it stopped, in words) and returns its seq.
+        """End the run as succeeded / failed / unsupported / cancelled; appends `run_finished` (with the loop's
+        `stop_reason`, why it stopped, in words) and returns its seq.
 
         Allowed from `interrupted` too: a worker wrongly presumed dead (e.g. a suspended laptop) keeps its result.
         """

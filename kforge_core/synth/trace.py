@@ -12,7 +12,7 @@ every node's value (shape, dtype, strides, or Python scalar) by running the grap
 state_dict. The description is plain JSON; nothing from the child is ever executed by the parent.
 
 Description shape (the contract with `graph.py`):
-{"ok": true, "method": "fx"|"export", "size_class": ..., "init_args": [...] | null,
+{"ok": true, "method": "fx"|"export", "size_class": ..., "init_args": [encoded arguments] | null,
  "nodes": [{"name", "op", "target", "args", "kwargs", "value", "module": {...}?, "emit": {...}?, "schema": [...]?}],
  "modules": [{"path", "cls", "ctor", "attrs", "training", "params": [...], "buffers": [...]}],
  "configs": [{"size_class", "init_args", "modules": [{"path", "ctor"}], "state": {key: [shape, dtype]}}],
@@ -36,7 +36,12 @@ TRACE_MODULE = "kforge_core.synth.trace"
 
 
 class TraceFailed(Exception):
-    """The problem could not be traced; the message says why, for the user."""
+    """The problem could not be traced; the message says why, for the user. `untraceable`: neither torch.fx nor
+    torch.export can read the module (a limit of the tracer, not a failure of the run: the child ran fine)."""
+
+    def __init__(self, message: str, *, untraceable: bool = False):
+        super().__init__(message)
+        self.untraceable = untraceable
 
 
 # ------------------------------------------------------------------------------------------------ parent side
@@ -57,7 +62,8 @@ def trace_problem(source: str, size_class: str | None = None, *, timeout_s: floa
         raise TraceFailed(f"the tracing process died ({why}) before describing the graph"
                           + (f": {tail}" if tail else ""))
     if not result.get("ok"):
-        raise TraceFailed(result.get("error") or "tracing failed for an unknown reason")
+        raise TraceFailed(result.get("error") or "tracing failed for an unknown reason",
+                          untraceable=bool(result.get("untraceable")))
     return result
 
 
@@ -205,12 +211,22 @@ def _describe_modules(model) -> list[dict]:
     return out
 
 
-def _json_safe(value):
-    try:
-        json.dumps(value, allow_nan=False)
-        return value
-    except (TypeError, ValueError):
-        return None
+def _init_encoding(init) -> list | None:
+    """`get_init_inputs()` encoded as arguments are (tuples stay tuples: the candidate compares the arguments it
+    is given with these, and `(3, 3) != [3, 3]`); None when some argument has no faithful literal (a tensor, an
+    object, NaN, which equals nothing)."""
+    enc = _encode_arg(list(init))
+
+    def faithful(a) -> bool:
+        if isinstance(a, list):
+            return all(faithful(x) for x in a)
+        if isinstance(a, dict):
+            if "tuple" in a:
+                return all(faithful(x) for x in a["tuple"])
+            return set(a) <= {"float", "dtype", "device"} and a.get("float") != "nan"
+        return True
+
+    return enc if faithful(enc) else None
 
 
 def _graph_signature(gm) -> list:
@@ -381,7 +397,7 @@ def trace(request: dict, workdir: Path) -> dict:
         except TraceFailed as e:
             attempts.append(str(e))
             if device is None:
-                return {"ok": False, "error": str(e)}
+                return {"ok": False, "error": str(e), "untraceable": True}
         except Exception as e:  # noqa: BLE001 - building the model or inputs failed on this device
             attempts.append(f"{'meta device' if device else 'cpu'}: {type(e).__name__}: {e}")
             if device is None:
@@ -389,7 +405,7 @@ def trace(request: dict, workdir: Path) -> dict:
     init, model, method, nodes, notes, gm = result
     modules = _describe_modules(model)
     state = {k: [list(v.shape), str(v.dtype).replace("torch.", "")] for k, v in model.state_dict().items()}
-    configs = [{"size_class": size_class or "gpu", "init_args": _json_safe(init),
+    configs = [{"size_class": size_class or "gpu", "init_args": _init_encoding(init),
                 "modules": [{"path": m["path"], "ctor": m["ctor"]} for m in modules], "state": state}]
     # The other size class (when the problem has one): the same graph with other parameter shapes; ModelNew picks
     # the configuration whose init arguments it is given. Built on the meta device: no memory, no kernels run.
@@ -402,9 +418,9 @@ def trace(request: dict, workdir: Path) -> dict:
             with torch.device("meta"):
                 model2 = module.Model(*init2)
             gm2 = torch.fx.symbolic_trace(model2)
-            if _graph_signature(gm2) == _graph_signature(gm) and _json_safe(init2) is not None:
+            if _graph_signature(gm2) == _graph_signature(gm) and _init_encoding(init2) is not None:
                 mods2 = _describe_modules(model2)
-                configs.append({"size_class": other or "gpu", "init_args": _json_safe(init2),
+                configs.append({"size_class": other or "gpu", "init_args": _init_encoding(init2),
                                 "modules": [{"path": m["path"], "ctor": m["ctor"]} for m in mods2],
                                 "state": {k: [list(v.shape), str(v.dtype).replace("torch.", "")]
                                           for k, v in model2.state_dict().items()}})
@@ -415,7 +431,7 @@ def trace(request: dict, workdir: Path) -> dict:
             notes.append(f"could not describe the {other or 'gpu'} size class: {type(e).__name__}: {e}")
         finally:
             _apply_size_class(module, originals, size_class)
-    return {"ok": True, "method": method, "size_class": size_class or "gpu", "init_args": _json_safe(init),
+    return {"ok": True, "method": method, "size_class": size_class or "gpu", "init_args": _init_encoding(init),
             "nodes": nodes, "modules": modules, "configs": configs, "notes": notes,
             "training": bool(model.training)}
 

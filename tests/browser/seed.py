@@ -237,6 +237,19 @@ def seed_failed_run(store: RunStore, problem_name: str = "all_failed") -> str:
     return run_id
 
 
+def seed_unsupported_run(store: RunStore, problem_name: str = "cumsum_scan") -> str:
+    """A run the built-in synthesizer could not write: one iteration without a program, ended `unsupported`."""
+    run_id = _builtin_run(store, problem_name, functional=3, optimization=3)
+    store.start_iteration(run_id, 0, "functional")
+    reason = "nothing to synthesize: no node has a kernel template (unsupported: cumsum)"
+    store.append_event(run_id, "program_missing", {
+        "iteration": 0, "error": reason, "reply_excerpt": "", "unsupported": True,
+        "coverage": "0 of 1 nodes (0%) synthesized: 0 in 0 custom kernels; kept in PyTorch: cumsum"}, 0)
+    store.finish_iteration(run_id, 0, "no_program", reason=reason)
+    store.finish_run(run_id, "unsupported", error=reason, stop_reason=reason)
+    return run_id
+
+
 def bench_records() -> list[dict]:
     """Benchmark rows as the runner writes them: a gain, a 0.31x slowdown, one near 1x, a failure."""
     def row(name, level, ms, eager, compiled):

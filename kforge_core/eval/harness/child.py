@@ -78,6 +78,10 @@ def serve(request: dict, started: float | None = None) -> None:
             from ..build_service import serve_build
 
             result = serve_build(request, workdir)
+        elif request.get("mode") == "worker":  # the candidate's process of a judged evaluation
+            from . import worker
+
+            result = worker.serve(request, workdir)
         else:
             from . import run as runner
 

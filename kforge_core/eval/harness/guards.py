@@ -328,9 +328,19 @@ def _install_import_trust() -> None:
     _trust["machinery"] = _machinery_snapshot() + ((vars(_bootstrap), "_load_unlocked", _load_unlocked),)
 
 
+DISARM_VARIABLE = "KFORGE_UNSAFE_DISARM"
+
+
+def disarmed() -> bool:
+    """Tests of the judge only: no static rules, no guards, so a hostile candidate reaches whatever its process
+    holds, as one that got past them would. The judge stays what it is (it never runs candidate code); every
+    verdict says so."""
+    return os.environ.get(DISARM_VARIABLE, "") == "1"
+
+
 def install() -> None:
     """Idempotent. Call after the harness's own imports, before any problem or candidate code runs."""
-    if _state["installed"]:
+    if _state["installed"] or disarmed():
         return
     _install_import_trust()
     _state["installed"] = True

@@ -64,3 +64,16 @@ def record_build(platform: str, key: str, cached: bool, seconds: float) -> None:
     # a cache hit loads the published build: the compiler did not run
     builds.append({"platform": platform, "key": key, "cached": cached, "compiler_ran": not cached,
                    "seconds": seconds})
+
+
+def merge(counts: dict[str, int], kernel_ns: int, outputs: list, from_kernels: bool | None) -> None:
+    """Records of a call made in the candidate's process (`harness.remote`), entered here as if it had run in this
+    one: launch counts, time inside its kernels, and whether its outputs came from its kernels (as spans over the
+    judge's own copies of those outputs, or a span they cannot overlap)."""
+    _counts.update({str(k): int(v) for k, v in counts.items()})
+    _kernel_ns[0] += max(0, kernel_ns)
+    if from_kernels is True:
+        for t in outputs:
+            touch(t)
+    elif from_kernels is False:
+        _touched.append((0, 0))

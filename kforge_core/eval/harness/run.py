@@ -21,6 +21,7 @@ from ..tolerance import get_policy
 from . import context, guards, launches, progress, watchdog, work
 from .compare import compare_outputs, describe, flatten, tensors_equal
 from .correctness import check_correctness
+from .remote import RemoteFailure, connect
 from .loading import CandidateShapeError, candidate_class, check_inputs, clone, import_file, size_overrides, to_device
 from .timing import RemoteModel, TimingOptions, compile_baseline, time_models
 
@@ -127,14 +128,45 @@ def run(request: dict, workdir: Path) -> dict:
         platform.prepare_child()
     timer = platform.make_timer()  # binds the clock now, before any problem or candidate code exists
     state = guards.snapshot_state(registrations=False)  # the dispatcher's are taken right before the import
+    # the judge's handle on the candidate's process, when the caller started one (made before the guards, which
+    # refuse new sockets)
+    remote = connect(request, platform.device())
     guards.install()
     try:
-        return _run(request, workdir, platform, timer, state)
+        return _run(request, workdir, platform, timer, state, remote)
     except ProblemFailure as e:
         return {"problem_error": str(e), "status": "runtime_error", "reason": str(e)}
+    finally:
+        if remote is not None:
+            remote.close()
 
 
-def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
+class _InProcess:
+    """The checks made around the candidate when it runs in this very process (no judge split: `KFORGE_JUDGE=0`,
+    head-to-head contests, platforms without the split); `harness.remote.RemoteCandidate` answers the same calls
+    when the candidate runs in a process of its own."""
+
+    def __init__(self, state: dict, platform, make_inputs):
+        self.state, self.platform, self.make_inputs = state, platform, make_inputs
+
+    def after_call(self) -> None:
+        _raise_guard_findings(self.state, registrations=False)
+
+    def check_between_calls(self) -> None:
+        _raise_guard_findings(self.state, identities=False)
+
+    def findings(self, identities: bool = True) -> str:
+        return _guard_findings(self.state, identities)
+
+    def profile(self, model, share_only: bool = False):
+        return _profile(self.platform, model, self.make_inputs, share_only)
+
+    def resnapshot(self) -> None:
+        """Our own code ran (torch.compile, lazy imports): what it changed is not the candidate's doing."""
+        self.state.update(guards.snapshot_state(registrations=False))
+
+
+def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> dict:
     progress.stage("loading the problem", pid=os.getpid())  # the process a cancel kills (with its group)
     module, init, ref_model, make_inputs = _load_reference(request, workdir, platform)
     ref_warnings, inputs0, outputs0 = _reference_checks(ref_model, make_inputs, platform)
@@ -154,9 +186,13 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
             "target": platform.name}
     cand_path = workdir / "candidate.py"
     source = cand_path.read_text()
+    if guards.disarmed():
+        base["warnings"].append(f"static rules and guards disarmed ({guards.DISARM_VARIABLE}=1): a test of the "
+                                f"judge, not a verdict to keep")
     try:
-        violations = check_candidate(source, platform.module_name, platform.candidate_api,
-                                     allow_inline_asm=getattr(platform, "allows_inline_asm", False))
+        violations = [] if guards.disarmed() else \
+            check_candidate(source, platform.module_name, platform.candidate_api,
+                            allow_inline_asm=getattr(platform, "allows_inline_asm", False))
     except SyntaxError as e:
         return _verdict("compile_error", f"candidate line {e.lineno}: Python syntax error: {e.msg}", **base)
     if violations:
@@ -165,6 +201,113 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
 
     context.set_candidate(cand_path)
     progress.stage("building the candidate")
+    if remote is not None:  # the candidate's own process imports and builds it; this one never does
+        new_model, loaded = remote.load()
+        remote.expect_outputs(outputs0)
+        side = remote
+    else:
+        new_model, loaded = load_candidate(cand_path, platform, state, init, ref_model)
+        side = _InProcess(state, platform, make_inputs)
+    if new_model is None:
+        return _verdict(**loaded, **base)
+    base.update(loaded)
+
+    policy = get_policy(request.get("tolerance", "default"))
+    base["tolerance"] = policy.to_dict()
+    # Seeds the candidate cannot predict (nothing can be precomputed for them); recorded in the checks.
+    first_seed = random.SystemRandom().randrange(1 << 20, 1 << 40)
+    seeds = list(range(first_seed, first_seed + int(request.get("seeds", 5))))
+    try:
+        res = check_correctness(ref_model, new_model, make_inputs, policy, platform, seeds,
+                                after_call=side.after_call)
+    except RemoteFailure as e:
+        return _verdict(e.status, e.reason, **_fields(e.extra), **base)
+    except CompileError as e:
+        return _verdict("compile_error", str(e), compile_log=e.log, **base)
+    except guards.GuardViolation as e:
+        return _verdict("rejected", str(e), **base)
+    except ProblemFailure:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
+        return _verdict("runtime_error", _describe_exception("ModelNew.forward", e, str(cand_path)), **base)
+    if remote is not None:  # what the candidate's forward dispatched and took was measured in its own process
+        res.aten_ops, res.forward_ns = remote.aten_ops, remote.forward_ns
+    base.update(checks=res.checks, max_abs_error=res.max_abs_error, max_rel_error=res.max_rel_error,
+                kernel_launches=res.launches, kernel_launch_calls=res.launch_calls)
+    base["warnings"].extend(res.warnings)
+    try:
+        rejected = side.findings()
+        if rejected:
+            return _verdict("rejected", rejected, **base)
+        if res.status != "correct":
+            return _verdict(res.status, res.reason, **base)
+        checked_share = work.share(res.kernel_ns, res.forward_ns) if platform.synchronous_kernels else None
+        timed_share = profiled_share = None
+        if request.get("timing", True):
+            try:
+                timing = _time(request, ref_model, new_model, make_inputs, platform, timer, side)
+            except RemoteFailure:
+                raise
+            except guards.GuardViolation as e:
+                return _verdict("rejected", str(e), **base)
+            except TimingFailure as e:
+                return _verdict(e.status, e.reason, **base)
+            except TimingIntegrityError as e:
+                return _verdict("rejected", str(e), **base)
+            except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
+                return _verdict("runtime_error", _describe_exception("timing ModelNew", e, str(cand_path)), **base)
+            if "failure" in timing:
+                return _verdict(timing["failure"][0], timing["failure"][1], **base)
+            base["warnings"].extend(timing.pop("warnings"))
+            timed_share = timing.pop("custom_share_timed", None)
+            base["checks"].extend(timing.pop("checks", []))
+            base.update(timing)
+            rejected = side.findings()
+            if rejected:
+                return _verdict("rejected", rejected, **base)
+            if request.get("profile"):
+                progress.stage("profiling")
+                base["profile"] = side.profile(new_model)
+                prof = base["profile"] or {}
+                if platform.profiler_times_device and base.get("roofline") and prof.get("per_forward_ms"):
+                    from ..roofline import with_device_time
+
+                    base["roofline"] = with_device_time(base["roofline"], prof["per_forward_ms"],
+                                                        platform.cache_bytes())
+        if not platform.synchronous_kernels and platform.has_profiler:
+            # asynchronous launches: only the device's own records say whose kernels did the work
+            profiled_share = (base.get("profile") or {}).get("custom_share")
+            if profiled_share is None:
+                profiled_share = side.profile(new_model, share_only=True)
+            rejected = side.findings()
+            if rejected:
+                return _verdict("rejected", rejected, **base)
+    except RemoteFailure as e:
+        return _verdict(e.status, e.reason, **_fields(e.extra), **base)
+    except guards.GuardViolation as e:  # reported by the candidate's process
+        return _verdict("rejected", str(e), **base)
+    method = "time inside its compiled kernels' calls / forward time (synchronous kernels)" \
+        if platform.synchronous_kernels else "profiled device time of its kernels / all device time of a forward"
+    found = work.summary(checked_share, timed_share, profiled_share,
+                         work.aten_compute(res.aten_ops, guards.reference_ops), method)
+    base["warnings"].extend(found.pop("warnings"))
+    base.update(found)
+    if remote is not None:
+        base["checks"].append({"name": "judged out of process", "passed": True,
+                               "detail": "inputs, reference outputs, comparison, eager timing and verdict in a "
+                                         "process that never imported the candidate"})
+    return _verdict("correct", res.reason, **base)
+
+
+def _fields(extra: dict) -> dict:
+    """Verdict fields a remote failure carries (the compile log, build records); `worker_lost` is for the caller."""
+    return {k: v for k, v in extra.items() if k in ("compile_log", "builds", "worker_lost")}
+
+
+def load_candidate(cand_path: Path, platform, state: dict, init: list, ref_model) -> tuple[object | None, dict]:
+    """Import the candidate and build ModelNew: (model, {"build_s", "builds"}), or (None, verdict fields) when it
+    fails or breaks a guard. Runs in the process that will run the candidate (the worker, or the one-process
+    harness)."""
     # What the candidate must leave as it found it, taken after the problem's own imports (a problem may set
     # torch flags legitimately) and right before the first line of candidate code runs.
     state.update(guards.snapshot_state())
@@ -175,89 +318,22 @@ def _run(request: dict, workdir: Path, platform, timer, state) -> dict:
         # its own copy of the init arguments: tensors among them are shared with the reference's constructor
         new_model = _seeded(platform, 0, lambda: cls(*clone(init))).to(platform.device())
     except CompileError as e:
-        return _verdict("compile_error", str(e), compile_log=e.log, builds=list(launches.builds), **base)
+        return None, {"status": "compile_error", "reason": str(e), "compile_log": e.log,
+                      "builds": list(launches.builds)}
     except guards.GuardViolation as e:
-        return _verdict("rejected", str(e), **base)
+        return None, {"status": "rejected", "reason": str(e)}
     except CandidateShapeError as e:
-        return _verdict("runtime_error", str(e), **base)
+        return None, {"status": "runtime_error", "reason": str(e)}
     except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
-        return _verdict("runtime_error", _describe_exception("loading the candidate", e, str(cand_path)), **base)
-    base["build_s"] = time.perf_counter() - build_start
-    base["builds"] = launches.builds
+        return None, {"status": "runtime_error",
+                      "reason": _describe_exception("loading the candidate", e, str(cand_path))}
+    loaded = {"build_s": time.perf_counter() - build_start, "builds": launches.builds}
     rejected = _guard_findings(state)  # hooks, modes, patches installed at import time
     if rejected:
-        return _verdict("rejected", rejected, **base)
+        return None, {"status": "rejected", "reason": rejected, **loaded}
     _copy_matching_weights(ref_model, new_model)
     new_model.train(ref_model.training)
-
-    policy = get_policy(request.get("tolerance", "default"))
-    base["tolerance"] = policy.to_dict()
-    # Seeds the candidate cannot predict (nothing can be precomputed for them); recorded in the checks.
-    first_seed = random.SystemRandom().randrange(1 << 20, 1 << 40)
-    seeds = list(range(first_seed, first_seed + int(request.get("seeds", 5))))
-    try:
-        res = check_correctness(ref_model, new_model, make_inputs, policy, platform, seeds,
-                                after_call=lambda: _raise_guard_findings(state, registrations=False))
-    except CompileError as e:
-        return _verdict("compile_error", str(e), compile_log=e.log, **base)
-    except guards.GuardViolation as e:
-        return _verdict("rejected", str(e), **base)
-    except ProblemFailure:
-        raise
-    except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
-        return _verdict("runtime_error", _describe_exception("ModelNew.forward", e, str(cand_path)), **base)
-    base.update(checks=res.checks, max_abs_error=res.max_abs_error, max_rel_error=res.max_rel_error,
-                kernel_launches=res.launches, kernel_launch_calls=res.launch_calls)
-    base["warnings"].extend(res.warnings)
-    rejected = _guard_findings(state)
-    if rejected:
-        return _verdict("rejected", rejected, **base)
-    if res.status != "correct":
-        return _verdict(res.status, res.reason, **base)
-    checked_share = work.share(res.kernel_ns, res.forward_ns) if platform.synchronous_kernels else None
-    timed_share = profiled_share = None
-    if request.get("timing", True):
-        try:
-            timing = _time(request, ref_model, new_model, make_inputs, platform, timer, state)
-        except guards.GuardViolation as e:
-            return _verdict("rejected", str(e), **base)
-        except TimingFailure as e:
-            return _verdict(e.status, e.reason, **base)
-        except TimingIntegrityError as e:
-            return _verdict("rejected", str(e), **base)
-        except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
-            return _verdict("runtime_error", _describe_exception("timing ModelNew", e, str(cand_path)), **base)
-        if "failure" in timing:
-            return _verdict(timing["failure"][0], timing["failure"][1], **base)
-        base["warnings"].extend(timing.pop("warnings"))
-        timed_share = timing.pop("custom_share_timed", None)
-        base.update(timing)
-        rejected = _guard_findings(state)
-        if rejected:
-            return _verdict("rejected", rejected, **base)
-        if request.get("profile"):
-            progress.stage("profiling")
-            base["profile"] = _profile(platform, new_model, make_inputs)
-            prof = base["profile"] or {}
-            if platform.profiler_times_device and base.get("roofline") and prof.get("per_forward_ms"):
-                from ..roofline import with_device_time
-
-                base["roofline"] = with_device_time(base["roofline"], prof["per_forward_ms"], platform.cache_bytes())
-    if not platform.synchronous_kernels and platform.has_profiler:
-        # asynchronous launches: only the device's own records say whose kernels did the work
-        profiled_share = (base.get("profile") or {}).get("custom_share")
-        if profiled_share is None:
-            profiled_share = _profile(platform, new_model, make_inputs, share_only=True)
-        rejected = _guard_findings(state)
-        if rejected:
-            return _verdict("rejected", rejected, **base)
-    method = "time inside its compiled kernels' calls / forward time (synchronous kernels)" \
-        if platform.synchronous_kernels else "profiled device time of its kernels / all device time of a forward"
-    found = work.summary(checked_share, timed_share, profiled_share,
-                         work.aten_compute(res.aten_ops, guards.reference_ops), method)
-    base["warnings"].extend(found.pop("warnings"))
-    base.update(found)
-    return _verdict("correct", res.reason, **base)
+    return new_model, loaded
 
 
 def _copy_matching_weights(ref_model, new_model) -> None:
@@ -270,6 +346,8 @@ def _copy_matching_weights(ref_model, new_model) -> None:
 
 
 def _guard_findings(state: dict, identities: bool = True, registrations: bool | None = None) -> str:
+    if guards.disarmed():
+        return ""
     if guards.violations:
         v = guards.violations[0]
         return v if "[rule " in v else f"{v} [rule no-threads / sandbox]"
@@ -313,7 +391,7 @@ def _describe_exception(where: str, e: BaseException, cand_file: str) -> str:
     return f"{text} ({frames})" if frames else text
 
 
-def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, state: dict) -> dict:
+def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, side) -> dict:
     opts = TimingOptions(**request.get("timing_options", {}))
     rng = random.Random()
     policy = get_policy(request.get("tolerance", "default"))
@@ -335,7 +413,7 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
         else:
             out["warnings"].append(err)
         # torch.compile is ours; no candidate code ran since the last check (the dispatcher registration lists kept)
-        state.update(guards.snapshot_state(registrations=False))
+        side.resnapshot()
 
     candidate_calls = [0]
 
@@ -345,7 +423,7 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
         if "candidate" not in outputs:
             return
         candidate_calls[0] += 1
-        _raise_guard_findings(state, identities=False)
+        side.check_between_calls()
         if launched.get("candidate", 0) == 0:
             raise TimingFailure("rejected", f"ModelNew ran no kernel it compiled in {what} (it skipped its kernels "
                                             f"once timing started: cached or precomputed results?) [rule must-launch]")
@@ -367,7 +445,13 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
     progress.stage("timing", models=len(models))
     with watchdog.limit(phase_s, "the timing phase"):
         summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
-    _raise_guard_findings(state)  # the full check (every patched function), once timing is over
+    found = side.findings()  # the full check (every patched function), once timing is over
+    if found:
+        raise guards.GuardViolation(found)
+    if hasattr(side, "timing_check"):
+        check, warning = side.timing_check(strict=platform.device_type != "cpu")
+        out["checks"] = [check]
+        out["warnings"] += [warning] if warning else []
     if platform.synchronous_kernels and candidate_calls[0]:
         # kernel time per candidate call (warm-ups and timed calls) against the median timed call
         per_call_ns = (launches.kernel_ns() - kernel_before) / candidate_calls[0]
@@ -384,7 +468,7 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sta
     with guards.trusted():  # FLOP counting imports torch._dynamo lazily, which sets os.environ (audited)
         out["roofline"] = roofline(ref_model, make_inputs(0), summaries["candidate"]["median_ms"], platform)
     # lazy imports of ours (flop counter, dynamo) may rebind torch names
-    state.update(guards.snapshot_state(registrations=False))
+    side.resnapshot()
     if out["roofline"].get("suspicious"):
         out["warnings"].append(out["roofline"]["suspicious"])
     below = below_floor(summaries["candidate"], out["roofline"], platform)

@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 
+MAX_FDS = 5  # result, harness log, candidate log, build channel, judge <-> candidate channel
 _PRELOAD = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "torch.utils.cpp_extension",
             "torch.utils.flop_counter", "torch.profiler")
 
@@ -57,9 +58,9 @@ def _child(msg: dict, fds: list[int]) -> None:
         # fd 1 for the result and moves fd 3 onto 1), 4 the build channel; all opened by the caller. First, so
         # that a failure to isolate is reported in the harness log
         moved = [os.dup(fd) for fd in fds]  # out of the way of 1..4, which they may occupy
-        for target, fd in zip((1, 2, 3, 4), moved):
+        for target, fd in zip(range(1, len(moved) + 1), moved):
             os.dup2(fd, target, inheritable=True)
-        for fd in {*fds, *moved} - {0, 1, 2, 3, 4}:
+        for fd in {*fds, *moved} - set(range(len(moved) + 1)):
             os.close(fd)
         from ..isolation import drop_privileges
         from ..sandbox import limits
@@ -109,7 +110,7 @@ def main() -> None:
     requests = socket.socket(fileno=0)
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(requests, 1 << 20, 4)
+            data, fds, _, _ = socket.recv_fds(requests, 1 << 20, MAX_FDS)
         except InterruptedError:
             continue
         if not data:

@@ -95,6 +95,7 @@ class CWriter:
         self.lines: list[str] = []
         self.general = [s.index for s in plan.slots if s.kind == "tensor" and s.mode == "general"]
         self.squares: dict = {}  # mean reduction -> the reduction of squared deviations folded into its pass
+        self.col = "c"  # the column `compute` is at
 
     def w(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -120,6 +121,8 @@ class CWriter:
             return flit(o[1])
         if o[0] == "cols":
             return "(float)cols" if not o[1] else f"((float)cols - {flit(o[1])})"
+        if o[0] == "col":
+            return f"(float)({self.col})"
         raise ValueError(o)
 
     def offset(self, s) -> str:
@@ -160,7 +163,9 @@ class CWriter:
             self.w(depth, f"const {n.dtype} {self.var(name)} = {node_expr(n, self.operand)};")
 
     def compute(self, depth: int, loop, col: str = "c") -> None:
-        """The loop's element-level values at column `col` (a `cat` reads only the piece `col` falls in)."""
+        """The loop's element-level values at column `col` (a `cat` reads only the piece `col` falls in; a
+        `("col",)` operand is its index)."""
+        self.col = col
         for name in loop.compute:
             n = self.by[name]
             if n.fn == "cat":

@@ -8,6 +8,7 @@ import keyword
 import re
 from dataclasses import dataclass
 
+from ..lower.args import render
 from ..lower.graph import Py, py_name
 from .host_helpers import HELPERS
 from ..plan.plans import KernelPlan, ProgramPlan
@@ -193,7 +194,11 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
     low = plan.lowered
     names = dict(low.names)
     out: list[str] = [f'"""{header}"""', "", marker]
-    std_imports = ["import math"] if ("math" in low.imports or _needs_math(desc)) else []
+    configs = desc.get("configs") or []
+    known = [c for c in configs if c.get("init_args") is not None]
+    init_imports: set = set()
+    literals = [render(c["init_args"], {}, init_imports) for c in known]  # tuples as tuples, inf as math.inf
+    std_imports = ["import math"] if ("math" in low.imports or "math" in init_imports or _needs_math(desc)) else []
     if "operator" in low.imports:
         std_imports.append("import operator")
     out += std_imports + ["", "import torch", "import torch.nn as nn", ""] + imports + ["", ""]
@@ -209,16 +214,14 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
     out.append("class ModelNew(nn.Module):")
     out.append("    def __init__(self, *args):")
     out.append("        super().__init__()")
-    configs = desc.get("configs") or []
-    known = [c for c in configs if c.get("init_args") is not None]
     if known:
         out.append("        init = list(args)")
-        for i, cfg in enumerate(known):
+        for i, (cfg, literal) in enumerate(zip(known, literals)):
             kw = "if" if i == 0 else "elif"
-            out.append(f"        {kw} init == {cfg['init_args']!r}:  # {cfg['size_class']} size class")
+            out.append(f"        {kw} init == {literal}:  # {cfg['size_class']} size class")
             body = module_lines(desc, cfg) or ["pass"]
             out += ["            " + line for line in body]
-        listing = " or ".join(repr(c["init_args"]) for c in known)
+        listing = " or ".join(literals)
         out.append("        else:")
         out.append(f"            raise ValueError(f\"this candidate was synthesized for Model init arguments "
                    f"{_escape_braces(listing)}, got {{init}}; synthesize again for these sizes\")")

@@ -61,18 +61,49 @@ def _plit(v) -> str:
     return s[:-1]
 
 
+def _int_power(a: str, e: int) -> str:
+    """a ** e for a small integer e by repeated squaring, written out (exact as PyTorch's integer powers)."""
+    if e == 0:
+        return "1.0"
+    if e < 0:
+        return f"(1.0 / {_int_power(a, -e)})"
+    if e == 1:
+        return f"({a})"
+    half = _int_power(a, e // 2)
+    sq = f"({half} * {half})"
+    return f"({sq} * {a})" if e % 2 else sq
+
+
+def triton_pow(a: str, ex: tuple, operand) -> str:
+    """PyTorch's pow in Triton (no pow in tl): small integer constants by multiplication; anything else as
+    exp2(e * log2|a|) with pow's rules for the rest: e == 0 gives 1 (even for NaN), a negative base keeps the sign
+    of an odd integer exponent and is NaN for a non-integer one."""
+    if ex[0] == "c" and not isinstance(ex[1], bool):
+        e = float(ex[1])
+        special = {2.0: f"({a} * {a})", 3.0: f"({a} * {a} * {a})", 1.0: f"({a})", 0.0: "1.0",
+                   0.5: f"tl.sqrt({a})", -0.5: f"tl.rsqrt({a})", -1.0: f"(1.0 / {a})",
+                   -2.0: f"(1.0 / ({a} * {a}))"}
+        if e in special:
+            return special[e]
+        if e == int(e) and abs(e) <= 64:
+            return _int_power(a, int(e))
+        mag = f"tl.exp2({_plit(e)} * tl.log2(tl.abs({a})))"
+        if e != int(e):
+            return f"tl.where({a} < 0.0, float('nan'), {mag})"
+        return f"tl.where(({a} < 0.0) | (1.0 / {a} < 0.0), -{mag}, {mag})" if int(e) % 2 else mag
+    e = operand(ex)
+    mag = f"tl.exp2({e} * tl.log2(tl.abs({a})))"
+    whole = f"(tl.floor({e}) == {e})"
+    odd = f"({whole} & (tl.floor({e} * 0.5) * 2.0 != {e}))"
+    signed = f"(({a} < 0.0) | (1.0 / {a} < 0.0))"  # -0.0 too: an odd power keeps its sign
+    return (f"tl.where(({e} == 0.0) | ({a} == 1.0), 1.0, tl.where({odd} & {signed}, -{mag}, "
+            f"tl.where(({a} < 0.0) & ~{whole}, float('nan'), {mag})))")
+
+
 def triton_expr(n, operand) -> str:
     if n.fn == "pow":
         base, ex = n.operands
-        a = operand(base)
-        if ex[0] == "c" and not isinstance(ex[1], bool):
-            e = float(ex[1])
-            special = {2.0: f"({a} * {a})", 3.0: f"({a} * {a} * {a})", 1.0: f"({a})", 0.0: "1.0",
-                       0.5: f"tl.sqrt({a})", -0.5: f"tl.rsqrt({a})", -1.0: f"(1.0 / {a})",
-                       -2.0: f"(1.0 / ({a} * {a}))"}
-            if e in special:
-                return special[e]
-        raise TritonUnsupported("pow with a general exponent")
+        return triton_pow(operand(base), ex, operand)
     if n.fn not in TRITON_TEMPLATES:
         raise TritonUnsupported(f"{n.fn} has no Triton template")
     attrs = {k: _plit(v) for k, v in n.attrs.items() if isinstance(v, (int, float))}
@@ -99,6 +130,8 @@ def triton_kernel(plan: KernelPlan, sched: Schedule) -> str:
             return var(o[1])
         if o[0] == "c":
             return _plit(o[1])
+        if o[0] == "col":
+            return "c.to(tl.float32)"
         return f"(cols - {float(o[1])!r})"
 
     params = []

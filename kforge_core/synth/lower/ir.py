@@ -59,7 +59,9 @@ class Value:
 class Prim:
     name: str
     fn: str  # elementwise function name, or "red"
-    operands: list  # ("v", name) | ("c", number) | ("cols", k): the row length minus k, as a float
+    # ("v", name) | ("c", number) | ("cols", k): the row length minus k, as a float | ("col",): the element's
+    # index in its row, as a float (attrs["row_k"]: the row width it is lowered for)
+    operands: list
     shape: tuple
     dtype: str  # "float32" | "bool" | "bfloat16" | "float16" (a half dtype: computed in float32, then rounded)
     origin: str  # the traced node this came from

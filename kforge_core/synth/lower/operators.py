@@ -50,6 +50,7 @@ _SIGS = {
     "mean": ["input", "dim", "keepdim", "dtype"],
     "amax": ["input", "dim", "keepdim"], "amin": ["input", "dim", "keepdim"],
     "max": ["input", "dim", "keepdim"], "min": ["input", "dim", "keepdim"],
+    "argmax": ["input", "dim", "keepdim"], "argmin": ["input", "dim", "keepdim"],
     "var": ["input", "dim", "unbiased", "keepdim"], "std": ["input", "dim", "unbiased", "keepdim"],
     "logsumexp": ["input", "dim", "keepdim"],
     "softmax": ["input", "dim", "dtype"], "log_softmax": ["input", "dim", "dtype"],
@@ -98,7 +99,7 @@ CASTS = {"float", "to", "type_as", "double", "half", "bfloat16", "type", "_to_co
 LIB = {"linear", "matmul", "mm", "bmm", "addmm", "baddbmm"}
 COMPARE = {"gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or", "logical_not"}
 PY_SCALAR_OPS = {"add", "sub", "mul", "div", "neg", "pow", "abs", "gt", "lt", "ge", "le", "eq", "ne"}
-ROW_OPS = {"sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "logsumexp", "layer_norm",
+ROW_OPS = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "logsumexp", "layer_norm",
            "rms_norm", "group_norm", "normalize", "norm", "var", "std", "batch_norm"}
 
 
@@ -136,6 +137,15 @@ class OperatorCanon:
                                       "weight": self.param_ref(f"{target}.weight") if "weight" in params else None,
                                       "bias": self.param_ref(f"{target}.bias") if "bias" in params else None,
                                       "eps": a.get("eps", 1e-5)}
+            if cls in ("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"):
+                # without affine parameters or running statistics (the defaults) an instance norm is a layer norm
+                # over each (sample, channel)'s spatial dims; otherwise it stays in PyTorch
+                a = mod.get("attrs", {})
+                x = self.values.get(args[0]["n"]) if args and Arg.is_node(args[0]) else None
+                if a.get("affine") or a.get("track_running_stats") or x is None or len(x.shape) < 3:
+                    return "module:" + cls, {}
+                return "layer_norm", {"input": args[0], "normalized_shape": list(x.shape[2:]), "weight": None,
+                                      "bias": None, "eps": a.get("eps", 1e-5)}
             if cls == "RMSNorm":
                 a = mod.get("attrs", {})
                 params = {p["name"] for p in self.modules.get(target, {}).get("params", [])}
@@ -158,14 +168,14 @@ class OperatorCanon:
                 name = _ALIASES.get(name, name) or name
                 if name == "max" and target.endswith(".other") or name == "min" and target.endswith(".other"):
                     name = "maximum" if name == "max" else "minimum"
-                if target.endswith(".Scalar") and name == "pow" and schema and schema[0] != "input":
-                    pass
                 return name, self._bind(name, schema or _SIGS.get(name), args, kwargs)
             home, _, fname = target.rpartition(".")
             if home == "operator":
                 name = _OPERATOR.get(fname, "operator:" + fname)
                 if name in ("neg", "abs", "logical_not", "identity"):
                     return name, {"input": args[0]}
+                if name == "pow":  # `a ** b`: the same arguments as torch.pow(a, b)
+                    return name, {"input": args[0] if args else None, "exponent": args[1] if len(args) > 1 else None}
                 return name, {"input": args[0] if args else None, "other": args[1] if len(args) > 1 else None}
             if home == "builtins":
                 return "builtin:" + fname, {}

@@ -137,7 +137,7 @@ class PointwiseLowering:
                 v = stack.pop()
                 q = prims.get(v)
                 if q is None or v in mine or v in pulled or q.fn in ("red", "cat") or \
-                        any(o[0] == "cols" for o in q.operands):
+                        any(o[0] in ("cols", "col") for o in q.operands):
                     continue
                 users = readers.get(v, set()) | {u for u in self.users.get(v, []) if u != cat}
                 inside = mine | ({cat} if v == pc["root"][1] else set())
@@ -225,6 +225,8 @@ class PointwiseLowering:
         if cname in ("pow", "float_power"):
             if cname == "float_power":
                 raise Unsupported("float_power computes in float64")
+            if x is None or b.get("exponent") is None:
+                raise Unsupported("pow without a base and an exponent")
             base, ex = self.operand(x), self.operand(b.get("exponent"))
             return [P("pow", [base, ex])]
         if cname == "where":

@@ -1,9 +1,10 @@
 """Lowering reductions and row operators to `red` and elementwise primitives over the trailing dimensions.
 
-The row kernels reduce only over a suffix of the dimensions, so every reduction checks that its dims are the last
-`k`. Composite operators (softmax, log_softmax, logsumexp, layer_norm, rms_norm, normalize, norm, var, std,
-eval-mode batch_norm: the templates of `row_templates`; group_norm, here) expand into reductions and elementwise
-steps that share the node's name as `origin`.
+The row kernels reduce only over a suffix of the dimensions: a plain reduction over other dims reads a permuted view
+of its input (`_to_trailing`); the composite operators check that their dims are the last `k`. Composite operators
+(softmax, log_softmax, logsumexp, layer_norm, rms_norm, normalize, norm, var, std, eval-mode batch_norm: the
+templates of `row_templates`; group_norm, here) expand into reductions and elementwise steps that share the node's
+name as `origin`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ from .args import Arg
 from .ir import FLOAT, Prim, Py, Unsupported, Value, contig_strides
 from .row_templates import ROW_TEMPLATES, RowOp
 
+# the start of a lowering note the generation agent passes on to the user (a candidate likely slower than eager)
+SLOW_NOTE = "likely slower than eager"
+
+# composite row operators over one dim that may be any dim (the row kernel reads a view with it moved last)
+MOVABLE = ("softmax", "log_softmax", "logsumexp")
+
 
 class RowOpLowering:
     """Mixed into `Lowerer`: uses its `values`, `items`, `counted`, `labels`, `names`, `syn` and `tensor_operand`."""
@@ -21,13 +28,7 @@ class RowOpLowering:
     def _dims_k(self, x_shape: tuple, dim) -> int:
         """Number of trailing dimensions reduced; raises Unsupported unless `dim` is a suffix of the dims."""
         nd = len(x_shape)
-        if dim is None or dim == [] or dim == ():
-            return nd
-        dims = dim if isinstance(dim, (list, tuple)) else [dim]
-        try:
-            norm = sorted({int(d) % nd for d in dims}) if nd else []
-        except (TypeError, ValueError):
-            raise Unsupported(f"reduction over dims {dim!r}") from None
+        norm = self._reduced_dims(x_shape, dim)
         k = len(norm)
         if norm != list(range(nd - k, nd)):
             raise Unsupported(f"reduction over dim {dim} (not the last dimensions): the row kernels reduce over the "
@@ -55,22 +56,120 @@ class RowOpLowering:
         self.values[t] = Value("t", tuple(shape), dtype, contig_strides(shape), True)
         return t
 
+    @staticmethod
+    def _reduced_dims(x_shape: tuple, dim) -> list[int]:
+        nd = len(x_shape)
+        if dim is None or dim == [] or dim == ():
+            return list(range(nd))
+        dims = dim if isinstance(dim, (list, tuple)) else [dim]
+        try:
+            return sorted({int(d) % nd for d in dims}) if nd else []
+        except (TypeError, ValueError):
+            raise Unsupported(f"reduction over dims {dim!r}") from None
+
+    def _to_trailing(self, x: tuple, xv: Value, dims: list[int], origin: str) -> tuple[tuple, Value]:
+        """x with the reduced `dims` moved last (a permuted view, glue), so a row kernel reduces them; its rows are
+        the kept dims in their order, which is the reduction's own output order. The view is strided along the
+        row, so the kernel's operand set-up (`kf_prep`) reads it through one contiguous copy."""
+        nd = len(xv.shape)
+        perm = [d for d in range(nd) if d not in dims] + list(dims)
+        if perm == list(range(nd)):
+            return x, xv
+        shape = tuple(xv.shape[d] for d in perm)
+        strides = tuple(xv.strides[d] for d in perm) if xv.strides else None
+        note = (f"{SLOW_NOTE}: {self.labels.get(origin) or 'a reduction'} over dim(s) {dims} reads its input "
+                f"through a transposing copy (the row kernels reduce trailing dims), likely slower than PyTorch's own")
+        if note not in self.notes:
+            self.notes.append(note)
+        t = self.syn(f"{origin}_moved")
+        self.values[t] = Value("t", shape, xv.dtype, strides, False)
+        self.items.append(Py(t, f"{self.names[x[1]]}.permute({', '.join(map(str, perm))})", [x[1]], self.values[t],
+                             "glue", origin))
+        return ("v", t), self.values[t]
+
     def _reduction(self, name: str, fn: str, b: dict, name_override: str, origin: str, label: str) -> None:
+        """A plain reduction over any dims: trailing dims directly; others through a permuted view (the result's
+        dims are the kept ones in order; keepdim=True puts the 1s back where the reduced dims were)."""
         x, xv = self._input(b)
-        k = self._dims_k(xv.shape, Arg.const(b.get("dim")) if b.get("dim") is not None else None)
+        dims = self._reduced_dims(xv.shape, Arg.const(b.get("dim")) if b.get("dim") is not None else None)
         keepdim = bool(Arg.const(b.get("keepdim", False)) or False)
         if b.get("dtype") not in (None,):
             raise Unsupported("reduction with dtype=")
-        p = self._red(name_override, fn, x, xv.shape, k, keepdim, origin, label=label)
-        if self.values[name_override].shape != p.shape:
-            raise Unsupported(f"unexpected reduction shape {self.values[name_override].shape}")
-        self.items.append(p)
+        k, S = len(dims), tuple(xv.shape)
+        out_shape = tuple(self.values[name_override].shape)
+        want = tuple(1 if i in dims else d for i, d in enumerate(S)) if keepdim else \
+            tuple(d for i, d in enumerate(S) if i not in dims)
+        if out_shape != want:
+            raise Unsupported(f"unexpected reduction shape {out_shape}")
+        if dims == list(range(len(S) - k, len(S))):
+            self.items.append(self._red(name_override, fn, x, S, k, keepdim, origin, label=label))
+        else:
+            x, xv = self._to_trailing(x, xv, dims, origin)
+            flat = self._tmp(f"{origin}_{fn}", tuple(xv.shape[:len(S) - k])) if keepdim else name_override
+            self.items.append(self._red(flat, fn, x, xv.shape, k, False, origin, label=label))
+            if keepdim:
+                back = "".join(f".unsqueeze({d})" for d in dims)
+                self.items.append(Py(name_override, f"{self.names[flat]}{back}", [flat], self.values[name_override],
+                                     "glue", origin))
         self.counted[origin] = "kernel"
         self.labels[origin] = label
+
+    def _arg_reduction(self, name: str, cname: str, b: dict) -> None:
+        """argmax / argmin (int64) over one dim or all: in one row kernel, the row's max (min) and whether it holds
+        a NaN in the first pass, then the smallest column index where the row equals it (PyTorch's first
+        occurrence; the first NaN when there is one) in the second. Indexes are computed as floats, exact for rows
+        up to 2^24 elements; the float index becomes int64 outside the kernel (one small pass over the result)."""
+        x, xv = self._input(b)
+        dim = Arg.const(b.get("dim")) if b.get("dim") is not None else None
+        if isinstance(dim, (list, tuple)):
+            raise Unsupported(f"{cname} over several dims")
+        keepdim = bool(Arg.const(b.get("keepdim", False)) or False)
+        S = tuple(xv.shape)
+        dims = self._reduced_dims(S, dim)
+        out = self.values[name]
+        if out.dtype != "int64":
+            raise Unsupported(f"{cname} producing {out.dtype}")
+        if dim is None and keepdim:
+            raise Unsupported(f"{cname} with keepdim and no dim")
+        k = len(dims)
+        if dims != list(range(len(S) - k, len(S))):
+            x, xv = self._to_trailing(x, xv, dims, name)
+        R = prod(xv.shape[len(S) - k:])
+        if R == 0 or R > 1 << 24:
+            raise Unsupported(f"{cname} over {R} elements (float indexes are exact up to 2^24)")
+        shape, lead = tuple(xv.shape), tuple(xv.shape[:len(S) - k])
+        rs = lead + (1,) * k
+        extreme = "max" if cname == "argmax" else "min"
+
+        def pw(fn, ops, shp, dtype=FLOAT, **attrs):
+            nm = self._tmp(f"{name}_{fn}", shp, dtype)
+            self.items.append(Prim(nm, fn, ops, shp, dtype, name, attrs, label=cname))
+            return ("v", nm)
+
+        def red(op, src, keep):
+            nm = self._tmp(f"{name}_{op}", rs if keep else lead)
+            self.items.append(self._red(nm, op, src, shape, k, keep, name, label=cname))
+            return ("v", nm)
+
+        first = {"row_k": k}
+        m = red(extreme, x, True)
+        nan_at = red("min", pw("where", [pw("ne", [x, x], shape, "bool"), ("col",), ("cols", 0)], shape, **first),
+                     False)
+        hit_at = red("min", pw("where", [pw("eq", [x, m], shape, "bool"), ("col",), ("cols", 0)], shape, **first),
+                     False)
+        has_nan = pw("lt", [nan_at, ("cols", 0)], lead, "bool")
+        pos = pw("where", [has_nan, nan_at, hit_at], lead)
+        back = "".join(f".unsqueeze({d})" for d in dims) if keepdim else ""
+        self.items.append(Py(name, f"{self.names[pos[1]]}{back}.long()", [pos[1]], out, "glue", name))
+        self.counted[name] = "kernel"
+        self.labels[name] = cname
 
     def _row_op(self, n: dict, cname: str, b: dict) -> None:
         name = n["name"]
         out = self.values[name]
+        if cname in ("argmax", "argmin"):
+            self._arg_reduction(name, cname, b)
+            return
         if out.dtype != FLOAT:
             raise Unsupported(f"{cname} producing {out.dtype}")
         if cname in ("sum", "mean", "amax", "amin", "max", "min"):
@@ -86,14 +185,31 @@ class RowOpLowering:
         template = ROW_TEMPLATES.get(cname)
         if template is None:
             raise Unsupported(f"no kernel template for {cname}")
-        r = RowOp(self, name, cname, xv.shape)
-        if template(r, b, x, out):
+        inner = name
+        dim = Arg.const(b.get("dim")) if cname in MOVABLE and b.get("dim") is not None else None
+        if isinstance(dim, (list, tuple)) and len(dim) == 1:
+            dim = dim[0]
+        if isinstance(dim, int) and xv.shape and dim % len(xv.shape) != len(xv.shape) - 1 and \
+                b.get("dtype") is None:
+            # softmax / logsumexp over another dim: the row kernel works on a view with that dim last, its result
+            # is moved back (a strided view: what reads it next takes it as it is or through one copy)
+            x, xv = self._to_trailing(x, xv, [dim % len(xv.shape)], name)
+            b = dict(b, dim=-1)
+            keep = cname != "logsumexp" or bool(Arg.const(b.get("keepdim", False)))
+            if keep:
+                inner = self._tmp(f"{name}_moved_out", xv.shape if cname != "logsumexp" else xv.shape[:-1] + (1,))
+        r = RowOp(self, inner, cname, xv.shape)
+        if template(r, b, x, self.values[inner]):
             return  # it added its items itself
-        final = next((it for it in r.items if it.name == name), None)
-        if final is None or self.values[name].shape != final.shape:
+        final = next((it for it in r.items if it.name == inner), None)
+        if final is None or self.values[inner].shape != final.shape:
             raise Unsupported(f"{cname}: synthesized shape {final.shape if final else None} differs from the traced "
-                              f"{self.values[name].shape}")
+                              f"{self.values[inner].shape}")
         self.items.extend(r.items)
+        if inner != name:
+            self.items.append(Py(name, f"{self.names[inner]}.movedim(-1, {dim % len(xv.shape)})", [inner], out,
+                                 "glue", name))
+            self.labels[inner] = cname
         self.counted[name] = "kernel"
         self.labels[name] = cname
 

@@ -33,9 +33,17 @@ class Group:
         return any(p.fn == "red" for p in self.prims)
 
 
+def _col_k(p: Prim) -> int | None:
+    """The row width a primitive reading its column index (`("col",)`) was lowered for: only a kernel with that
+    width gives it the right index."""
+    return p.attrs["row_k"] if any(o[0] == "col" for o in p.operands) else None
+
+
 def _anchor(p: Prim) -> tuple[tuple, int | None]:
     if p.fn == "red":
         return tuple(p.red["in_shape"]), p.red["k"]
+    if _col_k(p) is not None:
+        return tuple(p.shape), _col_k(p)
     if p.fn == "cat":  # a last-dim concatenation works on rows of the last dim
         return tuple(p.shape), 1
     return tuple(p.shape), None
@@ -99,7 +107,7 @@ class Grouper:
         S, k = _anchor(p)
         if p.fn != "red" and g.k is None and tuple(p.shape) != g.S and broadcastable(g.S, tuple(p.shape)):
             g.S = tuple(p.shape)
-        if p.fn == "red" and g.k is None:
+        if (p.fn == "red" or _col_k(p) is not None) and g.k is None:
             g.k = k
         g.prims.append(p)
         g.form[p.name] = _form_of(p, g.form) or "keep"
@@ -114,6 +122,8 @@ class Grouper:
                 return False
             return S == g.S and (g.k is None or g.k == k)
         shape = tuple(p.shape)
+        if _col_k(p) is not None and (shape != g.S or g.k not in (None, _col_k(p))):
+            return False
         if form == "keep":
             if shape == g.S:
                 return True

@@ -34,7 +34,7 @@ class Slot:
 class KNode:
     name: str
     fn: str
-    operands: list  # ("slot", i) | ("node", name) | ("c", value) | ("cols", k)
+    operands: list  # ("slot", i) | ("node", name) | ("c", value) | ("cols", k) | ("col",)
     level: str  # "E" | "R"
     dtype: str  # "float" | "bool"
     attrs: dict = field(default_factory=dict)

@@ -1,0 +1,242 @@
+"""The judge's handle on the candidate's process: ModelNew as a model whose calls happen elsewhere.
+
+The judge (`harness.run` with a `peer_fd`) never imports candidate code. It holds a `RemoteCandidate` where it would
+hold ModelNew: calling it writes the inputs into the shared arena (`harness.shared`), asks the candidate's process
+(`harness.worker`) to run its forward on them, and reads the outputs back into tensors of its own, on its own device.
+What the judge keeps is its own: the inputs it made (private generator, seeds drawn here), the reference's outputs,
+the tolerance, the comparison and the verdict. The candidate's process only ever sees inputs and returns outputs.
+
+What the judge still takes from the candidate's process, as claims it cannot verify alone (docs/EVALUATOR.md, known
+limits): launch counts and time inside compiled kernels (must-launch, custom share), whether its outputs came from
+its kernels, the ATen ops its forward dispatched, guard findings, build records, the profile, and each timed call's
+duration. Durations are cross-checked here: the judge's own clock brackets every timed call, and a report far
+below what the judge measured around the call (less the channel's own round trip) is rejected.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+
+import torch
+
+from . import context, launches, shared
+from .guards import GuardViolation
+
+# The median reported duration must be at least this share of the judge's fastest bracket around a timed call
+# (less the channel's round trip), less REPORT_SLACK_MS. The fastest bracket, because a bracket only ever grows with
+# noise (the candidate's process or the judge woken late on a busy machine); generous, because the candidate's
+# process may be descheduled between receiving a request and starting its clock; a forged report is off by more.
+REPORT_MIN_SHARE = 0.5
+REPORT_SLACK_MS = 0.1
+
+
+class RemoteFailure(Exception):
+    """The candidate's process reported a failure (status and reason as a verdict gives them), or misbehaved."""
+
+    def __init__(self, status: str, reason: str, **extra):
+        super().__init__(reason)
+        self.status, self.reason, self.extra = status, reason, extra
+
+
+class RemoteCandidate:
+    def __init__(self, peer_fd: int, device: torch.device):
+        self.sock = socket.socket(fileno=peer_fd)
+        self.device = device
+        self.arena: shared.Arena | None = None
+        self.out_reserve = 1 << 16
+        self.training = False
+        self.aten_ops: set[str] = set()
+        self._last_inputs: tuple = ()
+        self._calls = 0
+        self.timed: list[tuple[float, float]] = []  # (reported ms, judge's wall ms) per timed call
+        # the checked calls' forward time in the candidate's process (the judge's own bracket adds the channel and
+        # the copies, which would understate the custom-kernel share)
+        self.forward_ns = 0
+        self.round_trip_ms: float | None = None
+
+    # ------------------------------------------------------------------ channel
+
+    def _ask(self, msg: dict, fds: list[int] = ()) -> dict:
+        try:
+            shared.send(self.sock, msg, fds)
+            reply, extra = shared.recv(self.sock, max_fds=1)
+        except (EOFError, ConnectionError, BrokenPipeError) as e:
+            raise RemoteFailure("runtime_error", "the candidate's process ended before answering",
+                                worker_lost=True) from e
+        except shared.ProtocolError as e:
+            raise RemoteFailure("rejected", f"the candidate's process broke the evaluation protocol: {e} "
+                                            f"[rule no-patching]") from None
+        for fd in extra:  # nothing the candidate's process sends carries a descriptor the judge wants
+            os.close(fd)
+        if reply.get("violation"):
+            raise GuardViolation(str(reply["violation"])[:2000])
+        if reply.get("status"):  # a failure, phrased as a verdict by the candidate's process
+            fields = {k: reply[k] for k in ("compile_log", "builds") if k in reply}
+            raise RemoteFailure(str(reply["status"]), str(reply.get("reason", ""))[:4000], **fields)
+        return reply
+
+    def close(self) -> None:
+        try:
+            shared.send(self.sock, {"op": "bye"})
+        except OSError:
+            pass
+        self.sock.close()
+        if self.arena is not None:
+            self.arena.close()
+
+    # ------------------------------------------------------------------ what run.py asks
+
+    def load(self) -> tuple[object | None, dict]:
+        """Have the candidate's process import and build ModelNew: (self, {"build_s", "builds"}) or (None,
+        verdict fields)."""
+        try:
+            reply = self._ask({"op": "load"})
+        except RemoteFailure as e:
+            return None, {"status": e.status, "reason": e.reason, **e.extra}
+        except GuardViolation as e:
+            return None, {"status": "rejected", "reason": str(e)}
+        self.training = bool(reply.get("training"))
+        return self, {"build_s": float(reply.get("build_s") or 0.0), "builds": list(reply.get("builds") or [])}
+
+    def expect_outputs(self, outputs) -> None:
+        """Room in the arena for outputs like the reference's (a larger output is described, not copied)."""
+        self.out_reserve = max(self.out_reserve, shared.total_bytes(outputs))
+
+    def after_call(self) -> None:
+        pass  # the candidate's process checks its guards after every call and reports a violation in the reply
+
+    def check_between_calls(self) -> None:
+        pass
+
+    def resnapshot(self) -> None:
+        pass  # the judge's own state is not the candidate's to change: it never ran here
+
+    def findings(self, identities: bool = True) -> str:
+        return str(self._ask({"op": "findings", "identities": identities}).get("found") or "")
+
+    def profile(self, model, share_only: bool = False):
+        return self._ask({"op": "profile", "share_only": share_only}).get("profile")
+
+    def train(self, mode: bool = True):
+        return self
+
+    def eval(self):
+        return self
+
+    # ------------------------------------------------------------------ calls
+
+    def _put_inputs(self, inputs: tuple) -> tuple[dict, int, list[int]]:
+        need = shared.total_bytes(list(inputs)) + self.out_reserve
+        fds = []
+        if self.arena is None or self.arena.size < need:
+            if self.arena is not None:
+                self.arena.close()
+            self.arena = shared.Arena.create(need + need // 4)  # every seed has the same sizes: rarely regrown
+            fds = [self.arena.fd]
+        layout, end = shared.write(self.arena, list(inputs), 0)
+        return layout, shared._align(end), fds
+
+    def _take(self, reply: dict, layout: dict, inputs: tuple):
+        """Read the outputs (and the inputs as the candidate left them, into the judge's own input tensors, so a
+        mutation shows there) out of the arena; merge the reported launch records."""
+        try:
+            shared.read(self.arena, layout, self.device, into=list(inputs))
+            out = shared.read(self.arena, reply.get("out"), self.device)
+        except shared.ProtocolError as e:
+            raise RemoteFailure("rejected", f"the candidate's process broke the evaluation protocol: {e} "
+                                            f"[rule no-patching]") from None
+        counts = reply.get("launches") or {}
+        if not (isinstance(counts, dict) and all(isinstance(v, int) and v >= 0 for v in counts.values())):
+            raise RemoteFailure("rejected", "the candidate's process sent malformed launch counts [rule no-patching]")
+        launches.merge(counts, int(reply.get("kernel_ns") or 0), _flat_tensors(out), reply.get("provenance"))
+        return out
+
+    def __call__(self, *inputs):
+        reuse = len(inputs) == len(self._last_inputs) and all(a is b for a, b in zip(inputs, self._last_inputs))
+        layout, out_offset, fds = self._put_inputs(inputs)
+        first = self._calls == 0
+        self._calls += 1
+        reply = self._ask({"op": "call", "inputs": layout, "out_offset": out_offset, "reuse": reuse,
+                           "record_ops": first}, fds)
+        self._last_inputs = inputs
+        if first:
+            self.aten_ops = {str(op) for op in reply.get("aten_ops") or []}
+        else:  # as the one-process protocol counts it: not the first (recorded) call
+            ns = reply.get("forward_ns")
+            self.forward_ns += ns if isinstance(ns, int) and ns > 0 else 0
+        return self._take(reply, layout, inputs)
+
+    def calibrate(self, n: int = 7) -> None:
+        """The channel's own round trip (an empty request), subtracted from the judge's brackets."""
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            self._ask({"op": "ping"})
+            samples.append((time.perf_counter_ns() - t0) / 1e6)
+        self.round_trip_ms = statistics.median(samples)
+
+    def timed_call(self, inputs) -> tuple[float, object]:
+        """One timed call: the candidate's process makes its inputs ready and flushes its cache, then times its
+        forward with its own clock (bound before its import); the judge brackets that request with its clock."""
+        if self.round_trip_ms is None:
+            self.calibrate()
+        layout, out_offset, fds = self._put_inputs(tuple(inputs))
+        self._ask({"op": "prep", "inputs": layout}, fds)
+        t0 = time.perf_counter_ns()
+        reply = self._ask({"op": "time"})
+        wall_ms = (time.perf_counter_ns() - t0) / 1e6
+        ms = reply.get("ms")
+        if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not 0 <= ms < 1e9:
+            raise RemoteFailure("rejected", "the candidate's process reported no usable time [rule no-patching]")
+        if ms > wall_ms:
+            raise RemoteFailure("rejected", f"the candidate's process reported a timed call of {ms:.4g} ms, longer "
+                                            f"than the {wall_ms:.4g} ms the judge measured around it "
+                                            f"[rule no-patching]")
+        self.timed.append((float(ms), wall_ms))
+        fetched = self._ask({"op": "fetch", "out_offset": out_offset})
+        return float(ms), self._take(fetched, layout, tuple(inputs))
+
+    def timing_check(self, strict: bool) -> tuple[dict, str]:
+        """The cross-check of the reported durations against the judge's brackets: (a check for the verdict, a
+        warning or ""). Reports far below the brackets raise RemoteFailure when `strict` (accelerators: an idle
+        device, a quiet host), and are a warning otherwise (a shared CPU box wakes processes late by milliseconds,
+        so there a bracket says little about a sub-millisecond call)."""
+        if not self.timed:
+            return {"name": "judge's clock", "passed": True, "detail": "no timed call"}, ""
+        reported = statistics.median(ms for ms, _ in self.timed)
+        fastest = min(w for _, w in self.timed)
+        trip = self.round_trip_ms or 0.0
+        floor = REPORT_MIN_SHARE * (fastest - trip) - REPORT_SLACK_MS
+        detail = (f"median timed call {reported:.4g} ms as the candidate's process measured it; the judge's "
+                  f"fastest bracket around one {fastest:.4g} ms, channel round trip {trip:.3g} ms; every report "
+                  f"within its bracket")
+        if reported >= floor:
+            return {"name": "judge's clock", "passed": True, "detail": detail}, ""
+        if strict:
+            raise RemoteFailure("rejected", f"timed calls reported far below the judge's own clock: {detail} "
+                                            f"[rule no-patching]")
+        return ({"name": "judge's clock", "passed": True, "detail": detail},
+                f"the judge could not confirm the reported times ({detail}): on a busy machine the judge's brackets "
+                f"are loose; were the reports forged, they would look like this too")
+
+
+def _flat_tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for item in out for t in _flat_tensors(item)]
+    if isinstance(out, dict):
+        return [t for item in out.values() for t in _flat_tensors(item)]
+    return []
+
+
+def connect(request: dict, device: torch.device) -> RemoteCandidate | None:
+    """The judge's handle when the caller gave this process a peer (the candidate's process), else None."""
+    fd = request.get("peer_fd")
+    if fd is None:
+        return None
+    context.request = dict(request)
+    return RemoteCandidate(int(fd), device)

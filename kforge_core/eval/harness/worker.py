@@ -1,0 +1,208 @@
+"""The candidate's process when a judge runs the evaluation (`harness.remote` is the judge's side).
+
+It imports the problem (for ModelNew's init arguments and the reference's weights) and, when the judge says so, the
+candidate, under the same guards as the one-process harness; then it answers the judge's requests: run the forward
+on the inputs in the shared arena and write the outputs back, make inputs ready and flush the cache, time one
+call with the clock bound before the candidate was imported, write a timed call's outputs back, report guard
+findings, profile. It never sees a reference output, a tolerance, a seed or a verdict: there is none in this
+process to read, patch or forge. Requests: one JSON object per SEQPACKET message (`harness.shared`); a new arena
+comes as a descriptor with the request that first uses it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import torch
+
+from ...errors import CompileError
+from ...platform import get_platform
+from . import context, guards, launches
+from .correctness import outputs_from_kernels
+from .run import ProblemFailure, _describe_exception, _guard_findings, _load_reference, _profile, load_candidate
+from .shared import Arena, ProtocolError, check_sealed, read, recv, send, write
+
+
+class _Worker:
+    def __init__(self, request: dict, workdir: Path, sock: socket.socket):
+        self.request, self.workdir, self.sock = request, workdir, sock
+        self.platform = get_platform(request["target"])
+        self.device = self.platform.device()
+        self.arena: Arena | None = None
+        self.model = None
+        self.inputs = None  # the last call's inputs, on this process's device (reused for an in-place rewrite)
+        self.pending = None  # a timed call's outputs, until fetched
+        self.cand_path = str(workdir / "candidate.py")
+
+    def setup(self) -> None:
+        context.request = dict(self.request)
+        with guards.trusted():
+            self.platform.prepare_child()
+        self.timer = self.platform.make_timer()  # binds the clock now, before any problem or candidate code exists
+        self.state = guards.snapshot_state(registrations=False)
+        guards.install()
+        # The problem, and one call of its reference under the op recorder, before the judge asks for anything
+        # (while it runs its own reference checks): the lazy imports a first forward pays (the dispatch-mode
+        # machinery, sympy, ...) are paid here, as the one-process harness pays them in its reference checks, not
+        # inside the candidate's first call and its time limit (seconds in a spawned child on a busy box).
+        try:
+            _, self.init, self.ref_model, make_inputs = _load_reference(self.request, self.workdir, self.platform)
+            inputs = make_inputs(0)
+            with torch.no_grad():
+                guards.record_ops(lambda: self.ref_model(*inputs), set())
+            self.platform.synchronize()
+            self.problem_error = None
+        except ProblemFailure as e:
+            self.problem_error = str(e)
+        except Exception as e:  # noqa: BLE001 - the judge runs the same reference and reports its failure itself
+            self.problem_error = f"the reference Model raised {type(e).__name__}: {str(e)[:300]}"
+
+    def serve(self) -> None:
+        while True:
+            try:
+                msg, fds = recv(self.sock, max_fds=1)
+            except EOFError:
+                return
+            if fds:
+                self._new_arena(fds[0])
+            op = msg.get("op")
+            if op == "bye":
+                return
+            try:
+                reply = getattr(self, f"op_{op}")(msg) if op in _OPS else {"error": f"unknown op {op!r}"}
+            except guards.GuardViolation as e:
+                reply = {"violation": str(e)}
+            except CompileError as e:
+                reply = {"status": "compile_error", "reason": str(e), "compile_log": e.log}
+            except BaseException as e:  # noqa: BLE001 - candidate code: SystemExit and KeyboardInterrupt too
+                what = {"call": "ModelNew.forward", "time": "timing ModelNew"}.get(op, f"ModelNew ({op})")
+                reply = {"status": "runtime_error", "reason": _describe_exception(what, e, self.cand_path)}
+            send(self.sock, reply)
+
+    def _new_arena(self, fd: int) -> None:
+        try:
+            size = check_sealed(fd)
+            self.arena = Arena(fd, size)
+        except (ProtocolError, OSError, ValueError):
+            os.close(fd)
+            raise
+
+    def _found(self, identities: bool) -> None:
+        found = _guard_findings(self.state, identities, registrations=False)
+        if found:
+            raise guards.GuardViolation(found)
+
+    def _inputs(self, msg: dict, reuse: bool = False) -> list:
+        into = self.inputs if reuse else None
+        self.inputs = read(self.arena, msg["inputs"], self.device, into=into)
+        self.layout = msg["inputs"]
+        return self.inputs
+
+    def _write_back(self, out, out_offset: int) -> dict:
+        """The outputs into the arena from `out_offset`, and the inputs back where they came from (a mutation
+        shows on the judge's side)."""
+        write_at(self.arena, self.inputs, self.layout)
+        layout, _ = write(self.arena, out, int(out_offset))
+        return layout
+
+    # ---------------------------------------------------------------- ops
+
+    def op_load(self, msg: dict) -> dict:
+        if self.problem_error is not None:
+            return {"status": "runtime_error",
+                    "reason": f"the candidate's process could not load the problem: {self.problem_error}"}
+        context.set_candidate(Path(self.cand_path))
+        model, loaded = load_candidate(Path(self.cand_path), self.platform, self.state, self.init, self.ref_model)
+        self.ref_model = None  # its weights are copied; the reference is the judge's
+        if model is None:
+            return loaded
+        self.model = model
+        return {"ok": True, "training": model.training, **loaded}
+
+    def op_ping(self, msg: dict) -> dict:
+        return {"ok": True}
+
+    def op_call(self, msg: dict) -> dict:
+        inputs = self._inputs(msg, reuse=bool(msg.get("reuse")))
+        launches.reset()
+        ops: set[str] = set()
+
+        def run():
+            with torch.no_grad():
+                out = self.model(*inputs)
+            self.platform.synchronize()
+            return out
+
+        kernel_before, start = launches.kernel_ns(), time.perf_counter_ns()
+        out = guards.record_ops(run, ops) if msg.get("record_ops") else run()
+        forward_ns = time.perf_counter_ns() - start
+        self._found(identities=True)
+        layout = self._write_back(out, msg["out_offset"])
+        return {"out": layout, "launches": launches.snapshot(), "kernel_ns": launches.kernel_ns() - kernel_before,
+                "forward_ns": forward_ns, "provenance": outputs_from_kernels(out, launches.touched()),
+                "aten_ops": sorted(ops)}
+
+    def op_prep(self, msg: dict) -> dict:
+        self._inputs(msg)
+        self.pending = None
+        self.platform.flush_cache()
+        return {"ok": True}
+
+    def op_time(self, msg: dict) -> dict:
+        launches.reset()
+        self.kernel_before = launches.kernel_ns()
+        box = []
+        inputs = self.inputs
+
+        def call():
+            with torch.no_grad():
+                box.append(self.model(*inputs))
+
+        ms = self.timer.time_ms(call)
+        self.pending = box[0]
+        return {"ms": ms}
+
+    def op_fetch(self, msg: dict) -> dict:
+        self._found(identities=False)  # the cheap check between timed calls, as in one process
+        out, self.pending = self.pending, None
+        layout = self._write_back(out, msg["out_offset"])
+        return {"out": layout, "launches": launches.snapshot(),
+                "kernel_ns": launches.kernel_ns() - self.kernel_before,
+                "provenance": outputs_from_kernels(out, launches.touched())}
+
+    def op_findings(self, msg: dict) -> dict:
+        return {"found": _guard_findings(self.state, bool(msg.get("identities", True)))}
+
+    def op_profile(self, msg: dict) -> dict:
+        def make_inputs(seed: int):
+            return self.inputs if self.inputs is not None else []
+
+        return {"profile": _profile(self.platform, self.model, make_inputs, share_only=bool(msg.get("share_only")))}
+
+
+_OPS = {name[3:] for name in vars(_Worker) if name.startswith("op_")}
+
+
+def write_at(arena: Arena, value, layout) -> None:
+    """Write tensors back at the offsets of the layout they were read from (same structure)."""
+    if isinstance(value, torch.Tensor) and isinstance(layout, dict) and "t" in layout:
+        n = value.numel() * value.element_size()
+        offset = layout["t"][2]
+        if n and offset + n <= arena.size:
+            arena.view(offset, n, torch.uint8).copy_(value.detach().contiguous().reshape(-1).view(torch.uint8))
+    elif isinstance(value, (list, tuple)) and isinstance(layout, dict) and isinstance(layout.get("l"), list):
+        for v, item in zip(value, layout["l"]):
+            write_at(arena, v, item)
+
+
+def serve(request: dict, workdir: Path) -> dict:
+    """Answer the judge until it says bye or goes away. Returns a (diagnostic) result for the caller's log."""
+    with guards.trusted():
+        sock = socket.socket(fileno=int(request["peer_fd"]))
+    worker = _Worker(request, workdir, sock)
+    worker.setup()
+    worker.serve()
+    return {"status": "runtime_error", "reason": "the candidate's process has no verdict of its own"}

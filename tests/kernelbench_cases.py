@@ -1,0 +1,45 @@
+"""Problems of our own in KernelBench's format for the families the built-in synthesizer added for KernelBench's
+reach; the CPU tests (`test_builtin_kernelbench.py`) and the GPU tests (`gpu/test_gpu_builtin_kernelbench.py`) judge
+the same sources."""
+
+from __future__ import annotations
+
+
+
+def problem(forward: str, inputs: str, init: str = "[]", ctor: str = "pass", params: str = "") -> str:
+    """A KernelBench-format problem: `Model(<params>)` whose forward body is `forward`."""
+    head = ["import math", "import torch", "import torch.nn as nn", "", "", "class Model(nn.Module):",
+            f"    def __init__(self{', ' + params if params else ''}):", "        super().__init__()", f"        {ctor}",
+            "", "    def forward(self, x):", f"        {forward}"]
+    tail = [("get_inputs", inputs), ("get_init_inputs", init)]
+    return "\n".join(head + [line for fn, value in tail for line in ("", "", f"def {fn}():", f"    return {value}")]) \
+        + "\n"
+
+
+# `**` / pow: operator and function spellings, Python-number and tensor exponents and bases, negative bases with
+# integer exponents; the bases are kept away from 0 so the mean stays well conditioned
+POW_FORMS = ["x ** 2", "x.pow(3)", "torch.pow(x, exponent=2)", "x.abs() ** 0.5", "x ** self.p", "2.0 ** x",
+             "torch.pow(x.abs() + 1.0, x)", "(x.abs() + 0.5) ** -1", "(x.abs() + 0.5) ** 1.7",
+             "torch.pow(-(x.abs() + 0.5), torch.floor(x))", "x ** 5"]
+
+CASES = {
+    # reductions whose dims are not the last ones (a permuted view feeds the row kernel)
+    "anydim": problem(forward="return (torch.sum(x, dim=1, keepdim=True), x.mean(0), torch.max(x, dim=1)[0], "
+                              "torch.amin(x, dim=(0, 2)), x.sum(dim=(0, 2), keepdim=True), torch.min(x, 2)[0])",
+                      inputs="[torch.randn(4, 33, 17)]"),
+    # softmax / logsumexp over the channels of an NCHW tensor (KernelBench level 2's conv + softmax(dim=1))
+    "softmax_dim1": problem(forward="return (torch.sigmoid(torch.softmax(x, dim=1) * 3.0) + torch.log_softmax(x, 2), "
+                                    "torch.logsumexp(x, dim=1, keepdim=True) * 2.0, torch.logsumexp(x, 0))",
+                            inputs="[torch.randn(2, 7, 5, 6)]"),
+    # InstanceNorm2d without affine parameters (KernelBench's default): a layer norm over each channel's plane
+    "instance_norm": problem(forward="return torch.relu(self.inorm(x)) * 2.0", inputs="[torch.randn(2, 5, 9, 11)]",
+                             ctor="self.inorm = nn.InstanceNorm2d(5)"),
+    # int64 index outputs: argmax / argmin over the last dim, another dim, keepdim, all dims; ties (rounded
+    # values, floored) take the first occurrence, a NaN row gives its first NaN
+    "argminmax": problem(forward="x = torch.floor(x * 2.0); return (torch.argmax(x, dim=2), torch.argmin(x, dim=1), "
+                                 "torch.argmax(x, 0, keepdim=True), torch.argmin(x), "
+                                 "torch.argmax(torch.relu(x) * 2.0, dim=-1, keepdim=True))",
+                         inputs="[torch.where(torch.rand(4, 33, 17) < 0.01, float('nan'), torch.randn(4, 33, 17))]"),
+    "pow": problem(forward="return torch.mean((" + " + ".join(POW_FORMS) + ") * 0.5, dim=-1)",
+                   inputs="[torch.randn(4, 33)]", ctor="self.p = 2"),
+}

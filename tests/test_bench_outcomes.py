@@ -1,0 +1,297 @@
+"""What a bench says about each problem: its outcome (correct / failed / unsupported / error), the last verdict and
+its reason, the agent's coverage note -- in results.json, results.csv, report.html and the printed summary -- the
+stratified order, and `--time-limit` followed by a resume. Real bench runs over tiny problems of our own: the real
+evaluator on the CPU target, the built-in agent (a matrix-product-only problem it cannot write) and a local
+OpenAI-protocol server (a wrong program, slow replies)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kforge_core.bench.kinds import KINDS, problem_kind, stratified
+from kforge_core.bench.metrics import counts_text, summarize
+from kforge_core.bench.problem_run import trim_reason
+from kforge_core.bench.report import write_reports
+from kforge_core.bench.suite import SuiteProblem
+from kforge_core.loop.engine import Synthesis
+from tests.cli_env import cli_env
+from tests.fakes.openai_server import FakeOpenAIServer, slow
+from tests.test_loop import FIXTURES, ScriptedAgent, offline_config, scripted_evaluate
+
+REPO = Path(__file__).resolve().parents[1]
+RELU = (FIXTURES / "problem_relu.py").read_text()
+MATMUL_ONLY = (FIXTURES / "problem_matmul_only.py").read_text()
+NOT_A_PROBLEM = "import torch\nx = 1\n"  # no Model, no get_inputs: the bench records it as an error
+
+
+def _program(name: str) -> str:
+    return f"```python\n{(FIXTURES / name).read_text()}```"
+
+
+def _bench(suite: Path, out: Path, db: Path, *extra: str, server: FakeOpenAIServer | None = None) -> list[str]:
+    agent = ["--agent", "llm", "--base-url", server.base_url, "--model", "gen-model"] if server else \
+        ["--agent", "builtin"]
+    return [sys.executable, "-m", "kforge_core", "bench", "--suite", str(suite), "--target", "cpu", *agent,
+            "--out", str(out), "--db", str(db), "--max-optimization-iters", "0", "--no-baselines", *extra]
+
+
+def _run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(tmp_path), cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _results(out: Path) -> tuple[dict, dict[str, dict], list[dict], str]:
+    data = json.loads((out / "results.json").read_text())
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    return data, {r["problem"]: r for r in data["problems"]}, rows, (out / "report.html").read_text()
+
+
+# ------------------------------------------------------------------------------------------------ real benches
+
+def test_unsupported_and_error_are_outcomes_with_their_reasons(tmp_path):
+    """The built-in cannot write a bare matrix product: `unsupported` after ONE step with its reason and coverage
+    note, in every output; a file that is not a problem is an `error` with the loader's reason."""
+    suite = tmp_path / "kb"
+    (suite / "level1").mkdir(parents=True)
+    (suite / "level1" / "1_Matmul_only.py").write_text(MATMUL_ONLY)
+    (suite / "level1" / "2_Not_a_problem.py").write_text(NOT_A_PROBLEM)
+    out = tmp_path / "out"
+    done = _run(_bench(suite, out, tmp_path / "runs.db", "--max-functional-iters", "3"), tmp_path)
+    data, by_name, rows, page = _results(out)
+    mm = by_name["level1/1_Matmul_only"]
+    assert (mm["outcome"], mm["status"], mm["iterations"], mm["kind"]) == ("unsupported", "unsupported", 1, "matmul")
+    assert mm["reason"].startswith("nothing to synthesize: the module is only matrix products")
+    assert "matrix product via torch" in mm["coverage"]
+    bad = by_name["level1/2_Not_a_problem"]
+    assert bad["outcome"] == "error" and "missing Model" in bad["reason"]
+    summary = data["summary"]
+    assert (summary["correct"], summary["failed"], summary["unsupported"], summary["error"],
+            summary["supported"]) == (0, 0, 1, 1, 0)
+    assert summary["per_kind"]["matmul"]["unsupported"] == 1 and summary["per_level"]["1"]["error"] == 1
+    csv_row = next(r for r in rows if r["problem"] == "level1/1_Matmul_only")
+    assert csv_row["outcome"] == "unsupported" and csv_row["reason"] == mm["reason"]
+    assert csv_row["coverage"] == mm["coverage"] and csv_row["kind"] == "matmul"
+    assert "nothing to synthesize: the module is only matrix products" in page and "missing Model" in page
+    assert "correct 0/2 · failed 0 · unsupported 1 · error 1 (supported 0)" in done.stdout
+    assert "unsupported (last verdict no_program: nothing to synthesize" in done.stderr
+
+
+def test_time_limit_stops_starting_problems_then_the_same_command_resumes(tmp_path):
+    """The first problem starts before the 1 s limit and runs past it (each reply takes 2 s): it finishes and is
+    recorded, no other one starts, the results say they are partial; the same command without the limit runs the
+    rest, in the stratified order, and the first problem is not run again. The last problem's program is wrong:
+    it fails with the evaluator's reason, not "no correct program in N functional step(s)"."""
+    suite = tmp_path / "kb"
+    (suite / "level1").mkdir(parents=True)
+    (suite / "level2").mkdir()
+    (suite / "level1" / "1_ReLU.py").write_text(RELU)
+    (suite / "level1" / "2_Sum_reduction.py").write_text(RELU)  # named as a reduction: another kind
+    (suite / "level2" / "1_Gemm_ReLU.py").write_text(RELU)
+    out, db = tmp_path / "out", tmp_path / "runs.db"
+    replies = iter([_program("correct_fast.py"), _program("correct_fast.py"), _program("wrong.py")])
+    with FakeOpenAIServer(models=("gen-model",), responder=lambda _r: slow(2.0, next(replies))) as s:
+        first = _run(_bench(suite, out, db, "--max-functional-iters", "1", "--time-limit", "1", server=s), tmp_path)
+        data, by_name, _, page = _results(out)
+        assert list(by_name) == ["level1/1_ReLU"] and by_name["level1/1_ReLU"]["outcome"] == "correct"
+        summary = data["summary"]
+        assert summary["partial"] is True and summary["not_run"] == 2 and summary["suite_problems"] == 3
+        assert "time limit of 1 s reached" in summary["stopped_by"] and "time limit of 1 s reached" in first.stdout
+        assert "2 of 3 problems not run" in page
+        assert len(s.chat_requests) == 1
+        kept = by_name["level1/1_ReLU"]["run_id"]
+
+        second = _run(_bench(suite, out, db, "--max-functional-iters", "1", server=s), tmp_path)
+        assert "resuming: 1 of 3 problems already done, 2 to go" in second.stderr
+        data, by_name, _, _ = _results(out)
+        assert list(by_name) == ["level1/1_ReLU", "level1/2_Sum_reduction", "level2/1_Gemm_ReLU"]
+        assert [r["kind"] for r in data["problems"]] == ["elementwise", "reduction", "fused gemm"]
+        assert by_name["level1/1_ReLU"]["run_id"] == kept and len(s.chat_requests) == 3
+        assert data["summary"]["partial"] is False and "partial" not in second.stdout
+        failed = by_name["level2/1_Gemm_ReLU"]
+        assert (failed["outcome"], failed["status"], failed["last_status"]) == ("failed", "failed", "incorrect")
+        assert failed["reason"] and "functional step" not in failed["reason"]
+        rows = {r["problem"]: r for r in csv.DictReader((out / "results.csv").open())}
+        assert rows["level2/1_Gemm_ReLU"]["reason"] == failed["reason"]
+        page = (out / "report.html").read_text().replace("&#x27;", "'").replace("&quot;", '"')
+        assert failed["reason"][:60] in page
+        assert f"failed (last verdict incorrect: {failed['reason'][:40]}" in second.stderr
+        assert (data["summary"]["failed"], data["summary"]["supported"]) == (1, 3)
+
+
+def test_time_limit_must_be_positive(tmp_path):
+    done = subprocess.run(_bench(tmp_path, tmp_path / "out", tmp_path / "runs.db", "--time-limit", "0"),
+                          capture_output=True, text=True, env=cli_env(tmp_path), cwd=REPO, timeout=120)
+    assert done.returncode == 2 and "--time-limit must be a positive number of seconds" in done.stderr
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+
+class _UnsupportedAgent(ScriptedAgent):
+    """Writes the scripted programs; where the script says None, says it cannot write the problem at all."""
+
+    def generate(self, request, on_token=None):
+        from kforge_core.agents.base import GenerationResult
+
+        result = super().generate(request, on_token)
+        if result.program is None:
+            return GenerationResult(program=None, error="unsupported: scans are not written", unsupported=True,
+                                    coverage="0 of 1 nodes synthesized; kept in PyTorch: cumsum")
+        return result
+
+
+class _Deterministic(_UnsupportedAgent):
+    deterministic = True
+
+
+def test_an_agent_that_cannot_write_the_problem_ends_the_run_unsupported_after_one_step():
+    agent = _UnsupportedAgent([None, None, None])
+    events = list(Synthesis(offline_config(max_functional_iters=3), agent, agent,
+                            evaluate_fn=scripted_evaluate).events())
+    finished = [e for e in events if e.kind == "iteration_finished"]
+    assert [(e.iteration, e.status) for e in finished] == [(0, "no_program")]
+    missing = next(e for e in events if e.kind == "program_missing")
+    assert missing.unsupported and missing.coverage.startswith("0 of 1 nodes")
+    done = events[-1]
+    assert (done.status, done.error) == ("unsupported", "unsupported: scans are not written")
+
+
+def test_unsupported_after_a_written_program_is_a_failure_not_the_agents_reach():
+    """It wrote a (wrong) program first: the problem is within its reach, so the run fails with its reason."""
+    agent = _Deterministic(["# wrong", None, None])
+    events = list(Synthesis(offline_config(max_functional_iters=3), agent, agent,
+                            evaluate_fn=scripted_evaluate).events())
+    assert events[-1].status == "failed"
+    assert [e.status for e in events if e.kind == "iteration_finished"] == ["incorrect", "no_program"]
+
+
+def test_unsupported_runs_are_a_final_status_not_resumable(tmp_path):
+    from kforge_core.store import RUN_STATUSES, open_store
+    from kforge_core.store.errors import InvalidTransition
+
+    assert "unsupported" in RUN_STATUSES
+    with open_store(tmp_path / "runs.db") as store:
+        run_id = store.create_run("scan", RELU, "cpu", agent="builtin")
+        store.start_run(run_id)
+        store.finish_run(run_id, "unsupported", error="unsupported: scans are not written")
+        assert store.get_run(run_id)["status"] == "unsupported"
+        with pytest.raises(InvalidTransition):
+            store.resume_run(run_id)
+
+
+# ------------------------------------------------------------------------------------------------ kinds, order
+
+def _problem(tmp_path: Path, level: int, stem: str, source: str = RELU) -> SuiteProblem:
+    d = tmp_path / f"level{level}"
+    d.mkdir(exist_ok=True)
+    (d / f"{stem}.py").write_text(source)
+    return SuiteProblem(f"level{level}/{stem}", level, d / f"{stem}.py")
+
+
+@pytest.mark.parametrize("level, stem, kind", [
+    (1, "19_ReLU", "elementwise"), (1, "88_MinGPTNewGelu", "elementwise"), (1, "23_Softmax", "softmax"),
+    (1, "47_Sum_reduction_over_a_dimension", "reduction"), (1, "51_Argmax_over_a_dimension", "reduction"),
+    (1, "89_cumsum", "scan"), (1, "40_LayerNorm", "norm"), (1, "37_FrobeniusNorm_", "norm"),
+    (1, "42_Max_Pooling_2D", "pooling"), (1, "95_CrossEntropyLoss", "loss"),
+    (1, "1_Square_matrix_multiplication_", "matmul"), (1, "63_conv_standard_2D__square_input__square_kernel", "conv"),
+    (2, "1_Conv2D_ReLU_BiasAdd", "fused conv"), (2, "76_Gemm_Add_ReLU", "fused gemm"),
+    (2, "7_Something_else", "fused other")])
+def test_problem_kind_from_the_file_name(tmp_path, level, stem, kind):
+    assert problem_kind(_problem(tmp_path, level, stem)) == kind
+
+
+def test_problem_kind_from_the_operators_when_the_name_says_nothing(tmp_path):
+    softmax = RELU.replace("torch.relu(x)", "torch.softmax(x, dim=-1)")
+    assert problem_kind(_problem(tmp_path, 1, "3_mystery", softmax)) == "softmax"
+    assert problem_kind(_problem(tmp_path, 1, "4_mystery")) == "elementwise"
+    assert problem_kind(_problem(tmp_path, 2, "5_mystery", MATMUL_ONLY)) == "fused gemm"
+
+
+def test_every_prefix_spans_the_kinds_and_keeps_their_shares(tmp_path):
+    counts = {"elementwise": 6, "reduction": 2, "softmax": 1, "fused conv": 12, "fused gemm": 6}
+    problems, kinds = [], {}
+    for kind, n in counts.items():
+        for i in range(n):
+            p = SuiteProblem(f"{kind}/{i}", 1, tmp_path / f"{kind.replace(' ', '_')}_{i}.py")
+            problems.append(p)
+            kinds[p.name] = kind
+    order = stratified(problems, kinds)
+    assert sorted(p.name for p in order) == sorted(p.name for p in problems)  # a permutation
+    n_kinds = len(counts)
+    assert {kinds[p.name] for p in order[:n_kinds]} == set(counts)  # the first round: one of every kind
+    assert [kinds[p.name] for p in order[:n_kinds]] == [k for k in KINDS if k in counts]
+    # after it, each kind within one problem of its share of the prefix (the first round may leave the largest
+    # kind up to n_kinds * its share behind; the next pick goes to it)
+    for n in range(n_kinds + 1, len(order) + 1):
+        for kind, total in counts.items():
+            share = total * n / len(order)
+            assert abs(sum(1 for p in order[:n] if kinds[p.name] == kind) - share) <= 1.0 + 1e-9, (n, kind)
+
+
+# ------------------------------------------------------------------------------------------------ small parts
+
+def test_trim_reason_keeps_a_readable_line():
+    assert trim_reason(None) == "" and trim_reason("  \n") == ""
+    tb = "Traceback (most recent call last):\n  File \"x.py\", line 1\n    f()\nRuntimeError: CUDA out of memory"
+    assert trim_reason(tb) == "RuntimeError: CUDA out of memory"
+    assert trim_reason("compile_error:\n  line 3:   expected ';'") == "compile_error: line 3: expected ';'"
+    long = trim_reason("x" * 1000)
+    assert len(long) == 300 and long.endswith("…")
+
+
+def test_counts_per_level_and_kind_and_the_best_baseline():
+    records = [
+        {"problem": "a", "level": 1, "kind": "elementwise", "status": "succeeded", "correct": True,
+         "speedup_vs_eager": 2.0, "speedup_vs_compiled": 0.5},
+        {"problem": "b", "level": 1, "kind": "matmul", "status": "unsupported", "correct": False},
+        {"problem": "c", "level": 2, "kind": "fused gemm", "status": "failed", "correct": False},
+        {"problem": "d", "level": 2, "kind": "fused gemm", "status": "error", "correct": False},
+    ]
+    s = summarize(records)
+    assert (s["correct"], s["failed"], s["unsupported"], s["error"], s["supported"]) == (1, 1, 1, 1, 2)
+    assert s["geomean_speedup_vs_best_baseline_correct_only"] == 0.5  # the better baseline: torch.compile
+    assert s["geomean_speedup_vs_best_baseline_supported_failures_as_1"] == pytest.approx(0.5 ** 0.5)
+    assert list(s["per_kind"]) == ["elementwise", "matmul", "fused gemm"]  # in KINDS order
+    assert (s["per_kind"]["fused gemm"]["failed"], s["per_kind"]["fused gemm"]["error"]) == (1, 1)
+    assert s["per_level"]["1"]["unsupported"] == 1
+    assert counts_text(s) == "correct 1/4 · failed 1 · unsupported 1 · error 1 (supported 2)"
+
+
+def test_a_partial_bench_says_so_in_every_output(tmp_path):
+    records = [{"problem": "a", "level": 1, "kind": "elementwise", "status": "failed", "correct": False,
+                "last_status": "runtime_error", "reason": "RuntimeError: out of memory", "coverage": "1 of 1 nodes"}]
+    meta = {"partial": True, "suite_problems": 5, "not_run": 4, "stopped_by": "time limit of 60 s reached"}
+    summary = write_reports(tmp_path, records, meta)
+    assert summary["partial"] and summary["not_run"] == 4
+    assert json.loads((tmp_path / "results.json").read_text())["summary"]["stopped_by"] == meta["stopped_by"]
+    page = (tmp_path / "report.html").read_text()
+    assert "partial: time limit of 60 s reached; 4 of 5 problems not run" in page
+    assert "RuntimeError: out of memory" in page and "runtime_error" in page
+
+
+def test_the_last_verdict_is_the_last_judged_iteration_not_a_refusal_after_it(tmp_path):
+    """The built-in's second step refuses ("no other variant") after a crash: the record gives the crash."""
+    import time
+
+    from kforge_core.bench.problem_run import run_record
+    from kforge_core.store import open_store
+
+    crash = "loading the candidate raised ValueError: synthesized for Model init arguments [16, 3]"
+    with open_store(tmp_path / "runs.db") as store:
+        run_id = store.create_run("conv", RELU, "cpu", agent="builtin")
+        store.start_run(run_id)
+        store.start_iteration(run_id, 0, "functional")
+        store.finish_iteration(run_id, 0, "runtime_error", reason=crash,
+                               verdict={"status": "runtime_error", "reason": crash, "target": "cpu"})
+        store.start_iteration(run_id, 1, "functional")
+        store.finish_iteration(run_id, 1, "no_program", reason=f"the candidate failed (runtime_error: {crash}); "
+                                                               "it has no other variant")
+        store.finish_run(run_id, "failed", error="the candidate failed; it has no other variant")
+        rec = run_record(store, run_id, SuiteProblem("level2/1_Conv", 2, tmp_path / "1_Conv.py"), time.monotonic())
+    assert (rec["last_status"], rec["reason"], rec["status"]) == ("runtime_error", crash, "failed")

@@ -1,0 +1,197 @@
+"""The judge: inputs, reference, comparison, eager timing and verdict in a process that never imports the candidate.
+
+The hostile candidates here reach into their own process the way one that got past the static rules and the
+guards would (sys._getframe, sys.modules, gc, object.__setattr__): the rules and guards are disarmed for them
+(KFORGE_UNSAFE_DISARM=1, read by the harness in both processes; every such verdict carries a warning saying so).
+Each case runs twice: in one process (KFORGE_JUDGE=0), where the attack works -- proof that the case attacks
+something -- and with the judge, where it must fail because the judge is out of its reach. Plus the shared-memory
+transport's own unhappy paths, without child processes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from candidates.evalkit import HONEST, HOSTILE, PROBLEMS, QUICK_TIMING, Case, run_case
+from kforge_core.eval.harness import shared
+
+SWISH = PROBLEMS / "swish_small.py"
+EXAMPLE_PROBLEM = Path(__file__).resolve().parent.parent / "platforms" / "examples" / "cpu" / "problem.py"
+
+
+def _judged_and_alone(monkeypatch, name: str, problem=SWISH, **options):
+    monkeypatch.setenv("KFORGE_UNSAFE_DISARM", "1")
+    c = Case(name, problem, HOSTILE / f"{name}.py", {"timing": False, **options})
+    monkeypatch.setenv("KFORGE_JUDGE", "0")
+    alone = run_case(c)
+    monkeypatch.setenv("KFORGE_JUDGE", "1")
+    judged = run_case(c)
+    return alone, judged
+
+
+def _says_disarmed(v) -> None:
+    assert any("disarmed" in w for w in v.warnings), (v.status, v.reason, v.warnings)
+
+
+def test_verdict_forged_through_the_harness_frame(monkeypatch):
+    """The nonce and the result descriptor read from the harness's frame: `correct` in one process; with the
+    judge the frame is the candidate's process's own, whose result nobody reads: it ended without a verdict."""
+    alone, judged = _judged_and_alone(monkeypatch, "judge_forge_result_channel")
+    assert alone.status == "correct" and "forged" in alone.reason, (alone.status, alone.reason)
+    assert judged.status == "runtime_error", (judged.status, judged.reason, judged.log_tail)
+    assert "exited with code 0" in judged.reason and "forged" not in judged.reason
+
+
+def test_tolerance_loosened_in_place(monkeypatch):
+    """Every tolerance policy object rewritten to 1e30 at import: `correct` in one process, `incorrect` with the
+    judge (its policies are in its own process)."""
+    alone, judged = _judged_and_alone(monkeypatch, "judge_loosen_tolerance")
+    assert alone.status == "correct", (alone.status, alone.reason)
+    assert judged.status == "incorrect" and "outside atol=0.0001" in judged.reason, (judged.status, judged.reason)
+    _says_disarmed(judged)
+
+
+def test_comparison_patched(monkeypatch):
+    """compare_outputs and tensors_equal replaced in every harness module: `correct` in one process,
+    `incorrect` with the judge."""
+    alone, judged = _judged_and_alone(monkeypatch, "judge_patch_compare")
+    assert alone.status == "correct", (alone.status, alone.reason)
+    assert judged.status == "incorrect", (judged.status, judged.reason)
+    _says_disarmed(judged)
+
+
+def test_candidate_timer_forged(monkeypatch):
+    """The timer in the candidate's process made to report 1 µs per call. In one process the candidate's time
+    is the forged one and eager's too (same timer). With the judge, eager is timed by the judge (not forged) and
+    the forged reports fall far below the judge's brackets: on the CPU target a warning (a busy box wakes processes
+    too late for a tight bracket), on accelerators a rejection (harness/remote.py, timing_check). The CPU example's
+    sizes: a call of about a millisecond (the judge's bracket cannot bound calls of a few microseconds)."""
+    alone, judged = _judged_and_alone(monkeypatch, "judge_forge_timer", EXAMPLE_PROBLEM, **QUICK_TIMING)
+    assert alone.status == "correct" and alone.candidate_ms < 0.01 and alone.eager_ms < 0.01, \
+        (alone.candidate_ms, alone.eager_ms)
+    assert judged.status == "correct", (judged.status, judged.reason)
+    assert judged.eager_ms > 0.01, "eager was timed where the candidate's forged clock could reach it"
+    assert any("could not confirm the reported times" in w for w in judged.warnings), judged.warnings
+    _says_disarmed(judged)
+
+
+def test_honest_candidate_is_judged_out_of_process(monkeypatch):
+    """An honest candidate, timed: `correct`, with the judge's checks in the verdict and no disarm warning."""
+    monkeypatch.delenv("KFORGE_UNSAFE_DISARM", raising=False)
+    monkeypatch.setenv("KFORGE_JUDGE", "1")
+    v = run_case(Case("judged_honest", SWISH, HONEST / "swish_newmodel.py", {**QUICK_TIMING}))
+    assert v.status == "correct", (v.reason, v.log_tail)
+    names = [c["name"] for c in v.checks]
+    assert "judged out of process" in names and "judge's clock" in names, names
+    assert not any("disarmed" in w or "own process" in w for w in v.warnings), v.warnings
+
+
+def test_one_process_verdict_says_so(monkeypatch):
+    """KFORGE_JUDGE=0: the verdict warns that it was judged in the candidate's own process."""
+    monkeypatch.setenv("KFORGE_JUDGE", "0")
+    v = run_case(Case("alone_honest", SWISH, HONEST / "swish_newmodel.py", {"timing": False}))
+    assert v.status == "correct"
+    assert any("judged in the candidate's own process" in w for w in v.warnings), v.warnings
+
+
+# ------------------------------------------------------------------------------- the transport, in one process
+
+def test_layout_round_trip_keeps_structure_and_values():
+    arena = shared.Arena.create(1 << 16)
+    value = [torch.randn(3, 4), (torch.arange(5), 2.5, None), {"b": torch.ones(2, dtype=torch.bool), "a": 7},
+             torch.empty(0, 3), torch.tensor(1.5, dtype=torch.float64)]
+    layout, end = shared.write(arena, value, 0)
+    assert end <= arena.size
+    back = shared.read(arena, layout)
+    assert torch.equal(back[0], value[0]) and torch.equal(back[1][0], value[1][0]) and back[1][1:] == (2.5, None)
+    assert back[2]["a"] == 7 and torch.equal(back[2]["b"], value[2]["b"])
+    assert back[3].shape == (0, 3) and back[4].dtype == torch.float64 and float(back[4]) == 1.5
+    arena.view(layout["l"][0]["t"][2], 4, torch.uint8).fill_(0)  # a later write in the arena changes no copy
+    assert torch.equal(back[0], value[0])
+
+
+def test_in_place_read_keeps_the_same_tensors():
+    arena = shared.Arena.create(1 << 16)
+    first = [torch.randn(8)]
+    layout, _ = shared.write(arena, [torch.randn(8)], 0)
+    again = shared.read(arena, layout, into=first)
+    assert again[0] is first[0]
+
+
+def test_output_too_large_is_described_not_copied():
+    arena = shared.Arena.create(1 << 16)
+    big = torch.zeros(1 << 16)  # 256 KiB: more than the arena
+    layout, _ = shared.write(arena, big, 0)
+    assert layout.get("nofit")
+    back = shared.read(arena, layout)
+    assert back.device.type == "meta" and back.shape == big.shape
+
+
+def test_tensor_subclass_comes_back_as_a_subclass():
+    class Sneaky(torch.Tensor):
+        pass
+
+    arena = shared.Arena.create(1 << 16)
+    layout, _ = shared.write(arena, torch.Tensor._make_subclass(Sneaky, torch.ones(3)), 0)
+    back = shared.read(arena, layout)
+    assert type(back).__name__ == "Sneaky" and type(back) is not torch.Tensor
+
+
+@pytest.mark.parametrize("layout", [
+    {"t": ["torch.float32", [4], 1 << 20]},  # outside the arena
+    {"t": ["torch.float32", [4], 3]},  # misaligned
+    {"t": ["torch.qint8", [4], 0]},  # unknown dtype
+    {"t": ["torch.float32", [-1], 0]},  # negative size
+    {"t": ["torch.float32", "4", 0]},
+    {"l": "nope"},
+    {"v": [1, 2]},
+    "junk",
+])
+def test_malformed_layouts_are_refused(layout):
+    arena = shared.Arena.create(1 << 16)
+    with pytest.raises(shared.ProtocolError):
+        shared.read(arena, layout)
+
+
+def test_arena_cannot_be_resized_by_the_other_side():
+    """The judge maps the arena; were the candidate's process able to truncate it, reading would be a SIGBUS."""
+    arena = shared.Arena.create(1 << 16)
+    with pytest.raises(PermissionError):
+        os.ftruncate(arena.fd, 0)
+    with pytest.raises(PermissionError):
+        os.ftruncate(arena.fd, 1 << 20)
+    assert shared.check_sealed(arena.fd) == arena.size
+
+
+def test_unsealed_buffer_is_refused():
+    fd = os.memfd_create("plain")
+    try:
+        os.ftruncate(fd, 4096)
+        with pytest.raises(shared.ProtocolError):
+            shared.check_sealed(fd)
+    finally:
+        os.close(fd)
+
+
+def test_messages_long_and_short_and_garbage():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        shared.send(a, {"op": "ping"})
+        assert shared.recv(b) == ({"op": "ping"}, [])
+        long = {"profile": "x" * (shared.MAX_MESSAGE + 10)}
+        shared.send(a, long)
+        assert shared.recv(b)[0] == long
+        a.send(b"not json")
+        with pytest.raises(shared.ProtocolError):
+            shared.recv(b)
+        a.send(b"[1, 2]")
+        with pytest.raises(shared.ProtocolError):
+            shared.recv(b)
+        a.close()
+        with pytest.raises(EOFError):
+            shared.recv(b)
