@@ -2,6 +2,7 @@
 
     python bench/ray_overhead.py [--suite level1/01_relu,level1/03_silu,level1/08_clamp] [--rounds 2]
     python bench/ray_overhead.py --target cuda --suite gallery        # on one GPU
+    python bench/ray_overhead.py --best-of 2     # best-of-k: each candidate's evaluation a Ray task of its own
 
 Starts a Ray cluster on this machine (a head and one worker node with one CPU, and with --target cuda one GPU, so
 Ray runs the problems one at a time as the local executor does on one device), then alternates: the bench with the local executor, the same
@@ -46,12 +47,13 @@ from kforge_core.bench.runner import BenchConfig, run_bench  # noqa: E402
 SUITE = "level1/01_relu,level1/03_silu,level1/08_clamp"
 
 
-def _bench(suite: str, target: str, out: Path, cluster: str | None) -> tuple[float, list[dict]]:
+def _bench(suite: str, target: str, out: Path, cluster: str | None, best_of_k: int) -> tuple[float, list[dict]]:
     import json
 
     cfg = BenchConfig(suite=suite, target=target, out_dir=out, agent="builtin", db_path=str(out / "runs.db"),
                       max_functional_iters=1, max_optimization_iters=0,
-                      size_class="cpu" if target == "cpu" else None, eval_baselines=False, cluster=cluster)
+                      size_class="cpu" if target == "cpu" else None, eval_baselines=False, cluster=cluster,
+                      best_of_k=best_of_k)
     start = time.perf_counter()
     run_bench(cfg, progress=lambda s: None)
     return time.perf_counter() - start, json.loads((out / "results.json").read_text())["problems"]
@@ -92,6 +94,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of (local, Ray); the first warms the caches; 0: only the empty-task measurement")
     ap.add_argument("--target", default="cpu", help="cpu (one CPU slot), or cuda / triton (one GPU: GPU 0)")
+    ap.add_argument("--best-of", type=int, default=1, metavar="K",
+                    help="candidates per step (default 1); through Ray each candidate's evaluation is a task (on "
+                         "the one device here they queue one after the other, as locally)")
     args = ap.parse_args()
     ray = import_ray()
     work = Path(tempfile.mkdtemp(prefix="kforge-ray-overhead-"))
@@ -109,8 +114,8 @@ def main() -> int:
         if args.rounds == 0:
             return 0
         for r in range(args.rounds):
-            local_s, local = _bench(args.suite, args.target, work / f"local-{r}", None)
-            ray_s, remote = _bench(args.suite, args.target, work / f"ray-{r}", cluster.address)
+            local_s, local = _bench(args.suite, args.target, work / f"local-{r}", None, args.best_of)
+            ray_s, remote = _bench(args.suite, args.target, work / f"ray-{r}", cluster.address, args.best_of)
             ok, diff = same_verdicts(local, remote)
             failed |= not ok
             in_task = [b["wall_s"] - a["wall_s"] for a, b in zip(local, remote)]

@@ -81,6 +81,8 @@ def test_cli_refuses_a_bad_address(tmp_path):
     assert done.returncode == 2 and "'bogus'" in done.stderr
     done = _cli(tmp_path, "--cluster", "auto", "--devices", "2")
     assert done.returncode == 2 and "--devices is for this machine" in done.stderr
+    done = _cli(tmp_path, "--cluster", "auto", "--best-of", "0")
+    assert done.returncode == 2 and "--best-of must be at least 1, got 0" in done.stderr
     assert not (tmp_path / "out" / "progress.jsonl").exists()
 
 

@@ -22,7 +22,8 @@ def run_config(problem: SuiteProblem, source: str, cfg: BenchConfig):
     return RunConfig(problem_source=source, problem_name=problem.name, target=cfg.target, agent=cfg.agent,
                      model=cfg.model, analysis_model=cfg.analysis_model, base_url=cfg.base_url,
                      api_key=cfg.api_key, max_functional_iters=cfg.max_functional_iters,
-                     max_optimization_iters=cfg.max_optimization_iters, tolerance=cfg.tolerance,
+                     max_optimization_iters=cfg.max_optimization_iters, best_of_k=cfg.best_of_k,
+                     tolerance=cfg.tolerance,
                      size_class=cfg.size_class, eval_timing_options=cfg.eval_timing_options,
                      eval_baselines=cfg.eval_baselines)
 

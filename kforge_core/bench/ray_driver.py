@@ -1,5 +1,6 @@
 """The Ray executor: each problem of a bench is a Ray task placed on a node with a free device of the target's
-kind (cluster.task_resources); this process, the driver, alone writes the run store.
+kind (cluster.task_resources); this process, the driver, alone writes the run store. With best-of-k (k > 1) the
+problem's task holds no device and each candidate's evaluation is a task of its own (ray_candidates.py).
 
 Tasks send their loop events to a mailbox actor on the driver's node (ray_task.py); the driver drains it every
 POLL_S and writes the events through the same StoreRecorder a local run uses, so the live run view and the bench
@@ -28,6 +29,11 @@ POLL_S = 0.2
 HEARTBEAT_S = 5.0
 CANCEL_POLL_S = 0.5
 MAX_RETRIES = 2  # runs of a task after its node or worker process died
+# Best-of-k: a problem's task only runs the loop (generation, the agents) and waits for its candidates' tasks. It
+# holds no resource at all: Ray lends a task's CPU to others only while its *main* thread waits in ray.get, and the
+# loop waits for its candidates in threads, so problems holding CPUs could starve their own candidates (on a CPU
+# cluster, every core). The driver keeps as many problems out at once as the cluster has devices instead.
+COORDINATOR_RESOURCES = {"num_cpus": 0}
 # The code the workers run is the driver's own (shipped as the job's working directory), so every node runs the
 # same KForge; these are left behind.
 SHIP_EXCLUDES = ["**/__pycache__", "*.pyc", "tests", "bench/out*", "test-artifacts", ".venv", "build"]
@@ -103,13 +109,19 @@ class RayExecutor:
         options = task_resources(get_platform(cfg.target).device_type, self.cpus_per_task)
         connect(self.address, ship_code=self.ship_code)
         try:
-            _check_resources(ray, options, cfg.target)
-            self._run(ray, problems, cfg, on_record, options)
+            slots = _check_resources(ray, options, cfg.target)
+            if cfg.best_of_k > 1:  # the problem's task coordinates; each candidate's evaluation takes a device
+                candidates = {"resources": options, "max_retries": self.max_retries}
+                self._run(ray, problems, cfg, on_record, COORDINATOR_RESOURCES, candidates, window=slots)
+            else:
+                self._run(ray, problems, cfg, on_record, options)
         finally:
             ray.shutdown()
 
     # ------------------------------------------------------------------------------------------ the loop
-    def _run(self, ray, problems, cfg, on_record, options) -> None:
+    def _run(self, ray, problems, cfg, on_record, options, candidates: dict | None = None,
+             window: int | None = None) -> None:
+        """`window`: at most this many problems' tasks out at once (None: all; Ray queues them for devices)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from ..store import open_store
@@ -121,6 +133,15 @@ class RayExecutor:
         task = ray.remote(solve_on_node).options(max_retries=self.max_retries, retry_exceptions=False, **options)
         pending: dict[object, _Problem] = {}
         by_key: dict[str, _Problem] = {}
+        waiting: list[_Problem] = []
+
+        def submit() -> None:
+            while waiting and (window is None or len(pending) < window):
+                item = waiting.pop(0)
+                item.start = time.monotonic()
+                item.ref = task.remote(item.problem.name, item.config, mailbox, candidates)
+                pending[item.ref] = item
+
         with open_store(cfg.db_path) as store:
             store.mark_interrupted_runs()
             for p in problems:
@@ -130,9 +151,9 @@ class RayExecutor:
                 except KForgeError as e:  # unusable problem file: recorded here, never sent
                     on_record(error_record(p, str(e), start))
                     continue
-                item = _Problem(p, config, start)
-                item.ref = task.remote(p.name, config, mailbox)
-                pending[item.ref] = by_key[p.name] = item
+                waiting.append(_Problem(p, config, start))
+                by_key[p.name] = waiting[-1]
+            submit()
             try:
                 last_cancel_poll = 0.0
                 while pending:
@@ -141,6 +162,7 @@ class RayExecutor:
                     for ref in ready:  # the task's last events were in the mailbox before its result was ready
                         item = pending.pop(ref)
                         on_record(self._finish(ray, store, item, ref))
+                    submit()
                     self._beat(store, by_key)
                     if time.monotonic() - last_cancel_poll >= CANCEL_POLL_S:
                         last_cancel_poll = time.monotonic()
@@ -239,11 +261,15 @@ class RayExecutor:
             self._close(p, "cancelled", "interrupted (Ctrl-C or SIGTERM)")
 
 
-def _check_resources(ray, options: dict, target: str) -> None:
+def _check_resources(ray, options: dict, target: str) -> int:
+    """How many tasks asking for `options` the cluster can run at once (its devices for the target); UsageError
+    when it can run none."""
     total = ray.cluster_resources()
-    missing = {k: v for k, v in resource_names(options).items() if total.get(k, 0) < v}
+    need = resource_names(options)
+    missing = {k: v for k, v in need.items() if total.get(k, 0) < v}
     if missing:
         have = ", ".join(f"{k} {v:g}" for k, v in sorted(total.items()) if not k.startswith(("node:", "memory",
                                                                                               "object_store")))
         raise UsageError(f"no node of the Ray cluster offers what a {target!r} problem needs ("
                          + ", ".join(f"{k} {v:g}" for k, v in missing.items()) + f"); the cluster has: {have}")
+    return max(1, min(int(total[k] // v) for k, v in need.items()))

@@ -9,7 +9,6 @@ apart and never mixes their events into one run.
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import ray
 
 from ..errors import KForgeError
+from .ray_candidates import ClusterEvaluator, NamedDevice, where_am_i
 
 SEND_EVERY_S = 0.25  # streamed tokens are batched this long; every other event goes at once
 MAX_BATCH = 500
@@ -67,33 +67,27 @@ class Outbox:
             ray.get(self._last)
 
 
-def where_am_i() -> dict:
-    """The node this task runs on: Ray's node id, its address and host name."""
-    ctx = ray.get_runtime_context()
-    return {"node_id": ctx.get_node_id(), "node": f"{socket.gethostname()} ({ray.util.get_node_ip_address()})"}
-
-
-def solve_on_node(key: str, config, mailbox) -> dict:
+def solve_on_node(key: str, config, mailbox, candidates: dict | None = None) -> dict:
     """Run one problem's synthesis here, sending its events to `mailbox`; return where it ran.
 
+    `candidates`: best-of-k on the cluster -- this task holds no device and evaluates each candidate as a Ray
+    task asking for these resources and retried this often ({"resources", "max_retries"}; ray_candidates.py).
     Messages besides loop events: {"kf": "start", node, device} first (the driver then creates the run), and
     {"kf": "abort", status, error} when the loop could not run or stopped on an error."""
     from ..agents.factory import build_agents
     from ..loop.engine import Synthesis
-    from ..platform import get_platform
 
     attempt = uuid.uuid4().hex
     here = where_am_i()
     try:
-        platform = get_platform(config.target, require_available=True)
-    except KForgeError as e:  # this node lacks the target: the driver records it, nothing was started
-        return {"attempt": attempt, **here, "device": None, "error": f"on node {here['node']}: {e}"}
-    here["device"] = platform.device_name()
+        platform, loop_options = _where_candidates_run(config.target, here, candidates)
+    except KForgeError as e:  # no device for the target: the driver records it, nothing was started
+        return {"attempt": attempt, **here, "device": None, "error": str(e)}
     outbox = Outbox(mailbox, key, attempt)
     outbox.add({"kf": "start", **here, "pid": os.getpid()}, now=True)
     try:
         generation, analysis = build_agents(config)
-        for event in Synthesis(config, generation, analysis).events():
+        for event in Synthesis(config, generation, analysis, platform=platform, **loop_options).events():
             outbox.add(event)
     except KForgeError as e:  # before the loop started (agents, problem) or while running it
         outbox.add({"kf": "abort", "status": "failed", "error": str(e)})
@@ -101,3 +95,25 @@ def solve_on_node(key: str, config, mailbox) -> dict:
         outbox.add({"kf": "abort", "status": "failed", "error": f"internal error: {type(e).__name__}: {e}"})
     outbox.close()
     return {"attempt": attempt, **here}
+
+
+def _where_candidates_run(target: str, here: dict, candidates: dict | None):
+    """(the platform the loop uses, its evaluation options); sets here["device"]. Raises KForgeError, naming the
+    node, when the target's device is not there (this node's, or a probed node's for best-of-k)."""
+    from ..platform import get_platform
+
+    if candidates is None:
+        try:
+            platform = get_platform(target, require_available=True)
+        except KForgeError as e:
+            raise KForgeError(f"on node {here['node']}: {e}") from None
+        here["device"] = platform.device_name()
+        return platform, {}
+
+    evaluator = ClusterEvaluator(candidates["resources"], candidates["max_retries"])
+    probe = evaluator.probe(target)
+    if probe.get("error"):
+        raise KForgeError(probe["error"])
+    here["device"] = probe["device"]
+    return NamedDevice(get_platform(target), probe["device"]), {
+        "evaluate_fn": evaluator.evaluate, "head_to_head_fn": evaluator.head_to_head, "parallel_evaluations": True}

@@ -38,6 +38,7 @@ class BenchConfig:
     db_path: str | None = None
     max_functional_iters: int = 3
     max_optimization_iters: int = 3
+    best_of_k: int = 1  # candidates per step; on a Ray cluster each one's evaluation is a task of its own
     size_class: str | None = None
     tolerance: str = "default"
     eval_timing_options: dict = field(default_factory=dict)

@@ -35,6 +35,9 @@ def register(sub) -> None:
     p.add_argument("--db", help="run store (default: KFORGE_DB or ~/.local/share/kforge/runs.db)")
     p.add_argument("--max-functional-iters", type=int, default=3)
     p.add_argument("--max-optimization-iters", type=int, default=3)
+    p.add_argument("--best-of", type=int, default=1, metavar="K",
+                   help="candidates per step (default 1); with --cluster each candidate's evaluation is a Ray task "
+                        "of its own, so the K candidates are evaluated at once on K devices")
     p.add_argument("--size-class", choices=("cpu", "gpu"),
                    help="gallery problem sizes (default: cpu on the CPU target, the file's own sizes elsewhere)")
     p.add_argument("--tolerance", default="default", choices=sorted(POLICIES))
@@ -79,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--min-custom-share must be a fraction between 0 and 1, got {args.min_custom_share:g}")
     if args.time_limit is not None and not args.time_limit > 0:
         raise UsageError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
+    if args.best_of < 1:
+        raise UsageError(f"--best-of must be at least 1, got {args.best_of}")
     cluster, _ = resolve_address(args.cluster)
     if cluster and args.time_limit is not None:
         raise UsageError("--time-limit is for this machine's executor; a bench on a Ray cluster runs to the end "
@@ -94,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = BenchConfig(suite=args.suite, level=args.level, target=args.target, out_dir=Path(args.out), agent=agent,
                       model=args.model, analysis_model=args.analysis_model, base_url=args.base_url,
                       api_key=args.api_key, db_path=args.db, max_functional_iters=args.max_functional_iters,
-                      max_optimization_iters=args.max_optimization_iters, size_class=size_class,
+                      max_optimization_iters=args.max_optimization_iters, best_of_k=args.best_of,
+                      size_class=size_class,
                       tolerance=args.tolerance, devices=args.devices, cluster=cluster,
                       cpus_per_task=args.cpus_per_task,
                       eval_baselines=not args.no_baselines, min_custom_share=args.min_custom_share,

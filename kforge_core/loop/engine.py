@@ -1,6 +1,6 @@
 """The synthesis loop: a functional pass, then an optimization pass, as one generator of typed events.
 
-    functional step   generate k candidates (in parallel) -> evaluate each (one at a time) -> feedback
+    functional step   generate k candidates (in parallel) -> evaluate each (one at a time; at once on Ray) -> feedback
                       -> RETRY until a candidate is correct, then OPTIMIZE (or STOP: budget, no optimization pass)
     optimization step analyse the best (profile, roofline, timings, screenshots, what was tried)
                       -> regenerate from the best with the recommendations -> evaluate -> keep the fastest correct
@@ -26,7 +26,9 @@ program: it ends `succeeded` when it holds one (the stop reason says to resume l
 
 Evaluations run one at a time: the machine may have two cores, and timing runs must never overlap (a candidate
 timed while another compiles would be measured on a loaded machine). Only the model calls of a best-of-k step run
-in parallel.
+in parallel -- unless each evaluation gets a device of its own (`parallel_evaluations`: best-of-k on a Ray
+cluster, where each candidate is a Ray task): then the step's programs are evaluated at once and recorded in
+iteration order, so the step decides exactly as it would have one by one.
 
 Where the parts live: types.py (Attempt, LoopState, Next, the constants), steps.py (a step's agent
 calls and the judging of its candidates), streaming.py (agent calls in threads, tokens as events),
@@ -64,7 +66,12 @@ class Synthesis(CandidateSteps):
     def __init__(self, config: RunConfig, generation_agent: GenerationAgent, analysis_agent: AnalysisAgent, *,
                  state: LoopState | None = None, should_cancel: Callable[[], bool] | None = None,
                  evaluate_fn: Callable[..., Verdict] = evaluate, clock: Callable[[], float] = time.monotonic,
-                 head_to_head_fn: Callable[..., dict] | None = None):
+                 head_to_head_fn: Callable[..., dict] | None = None, parallel_evaluations: bool = False,
+                 platform=None):
+        """`parallel_evaluations`: `evaluate_fn` puts each evaluation on a device of its own (Ray tasks), so a
+        best-of-k step evaluates its k programs at once. `platform`: the target as resolved by the caller (Ray's
+        best-of-k coordinator, which holds no device: it names the device its evaluations get); default: this
+        machine's, which must be available."""
         config.validate()
         self.config = config
         self.generator = generation_agent
@@ -78,7 +85,9 @@ class Synthesis(CandidateSteps):
         self._started = clock()
         self._cancel = threading.Event()  # set on Ctrl-C / cancel so agent threads stop at their next token
         self.problem = load_problem(text=config.problem_source, name=config.problem_name)
-        self.platform = get_platform(config.target, require_available=True)  # resolved once for the run
+        self.parallel_evaluations = parallel_evaluations
+        # resolved once for the run
+        self.platform = platform or get_platform(config.target, require_available=True)
         self.spec = self.platform.spec()
         self._open: dict[int, str] = {}  # iterations started and not finished -> pass
         self._facts: str | None = None

@@ -33,7 +33,7 @@ from .events import (
     ProfileReady,
     ProgramExtracted, ProgramMissing, PromptSent, RecommendationsReady, Retrying, Timings, UsageRecorded,
     VerdictReady)
-from .streaming import AgentJob, stream_calls
+from .streaming import AgentJob, EvaluationAhead, stream_calls
 from .types import (
     ENDPOINT_FAILED, FATAL_LLM_ERRORS, NOT_FATAL_LLM_ERRORS, OPTIMIZATION, START, Attempt, Cancelled,
     FatalEndpointError,
@@ -58,6 +58,7 @@ class CandidateSteps:
     _facts: str | None  # evaluation_facts, worked out once per run
     _check_cancel: Callable[[], None]  # raises Cancelled once the run is asked to stop
     _should_cancel: Callable[[], bool]
+    parallel_evaluations: bool  # a best-of-k step's programs are evaluated at once (each on its own device)
 
     # ------------------------------------------------------------------------------------------ start program
     def _judge_start_program(self) -> Iterator[LoopEvent]:
@@ -155,28 +156,47 @@ class CandidateSteps:
                                  messages=_for_record(sent[i]))
         jobs = {i: (lambda on_token, r=request: agent.generate(r, on_token)) for i, request in requests.items()}
         outcomes = yield from self._stream(jobs, "generation")
-        attempts = []
-        for i in indexes:
-            self._check_cancel()
-            result, error = outcomes[i]
-            if error is not None:
-                attempt = yield from self._endpoint_failure(error, "generation", i, pass_name)
-            else:
-                self.state.endpoint_failures_in_a_row = 0
-                if result.prompt and result.prompt != sent.get(i):  # no prompt method, or a prompt clipped again
-                    yield PromptSent(iteration=i, agent="generation", model=_model_name(agent),
-                                     messages=_for_record(result.prompt))
-                yield from self._usage(i, "generation", result.usage, agent)
-                attempt = yield from self._judge(i, pass_name, result, base, recommendations)
-            attempts.append(attempt)
-        return attempts
+        ahead = self._evaluations_ahead(pass_name, indexes, outcomes, base)
+        try:
+            attempts = []
+            for i in indexes:
+                self._check_cancel()
+                result, error = outcomes[i]
+                if error is not None:
+                    attempt = yield from self._endpoint_failure(error, "generation", i, pass_name)
+                else:
+                    self.state.endpoint_failures_in_a_row = 0
+                    if result.prompt and result.prompt != sent.get(i):  # no prompt method, or one clipped again
+                        yield PromptSent(iteration=i, agent="generation", model=_model_name(agent),
+                                         messages=_for_record(result.prompt))
+                    yield from self._usage(i, "generation", result.usage, agent)
+                    attempt = yield from self._judge(i, pass_name, result, base, recommendations, ahead.get(i))
+                attempts.append(attempt)
+            return attempts
+        finally:
+            if any(job.running() for job in ahead.values()):  # the step stopped early: their evaluations too
+                self._cancel.set()
+            for job in ahead.values():
+                job.join()
+
+    def _evaluations_ahead(self, pass_name: str, indexes: list[int], outcomes: dict,
+                           base: Attempt | None) -> dict[int, EvaluationAhead]:
+        """With `parallel_evaluations` (each evaluation on a device of its own, e.g. a Ray task): every program of
+        the step starts evaluating now, in its own thread; the step then records them in iteration order, as it
+        would have evaluated them one by one. Without it (one device here): nothing starts ahead."""
+        programs = [i for i in indexes if outcomes[i][1] is None and outcomes[i][0].program is not None]
+        if not self.parallel_evaluations or len(programs) < 2:
+            return {}
+        return {i: EvaluationAhead(self._candidate_verdict(i, outcomes[i][0], base, pass_name), i)
+                for i in programs}
 
     def _stream(self, jobs: dict[int, AgentJob], agent: str) -> Iterator[LoopEvent]:
         return (yield from stream_calls(jobs, agent, self._cancel, self._check_cancel))
 
     # ------------------------------------------------------------------------------------------ evaluation
     def _judge(self, i: int, pass_name: str, result: GenerationResult, base: Attempt | None,
-               recommendations: list[Recommendation]) -> Iterator[LoopEvent]:
+               recommendations: list[Recommendation],
+               ahead: EvaluationAhead | None = None) -> Iterator[LoopEvent]:
         recommendations = applied_recommendations(recommendations, result.moves)
         recs = [r.to_dict() for r in recommendations] or None
         if result.program is None:
@@ -187,6 +207,25 @@ class CandidateSteps:
                               unsupported=result.unsupported)
             yield self._finished(attempt, recs)
             return attempt
+        verdict_events = ahead.replay(self._check_cancel) if ahead is not None else \
+            self._candidate_verdict(i, result, base, pass_name)
+        code, verdict = yield from verdict_events
+        attempt = Attempt(i, pass_name, verdict.status, verdict.reason, code, verdict, recommendations)
+        yield self._finished(attempt, recs)
+        if attempt.correct:
+            self.state.correct_attempts.append(attempt)
+        if attempt.correct and is_faster(attempt, self.state.best):
+            self.state.best = attempt
+            yield BestUpdated(iteration=i, candidate_ms=verdict.candidate_ms,
+                              speedup_vs_eager=verdict.speedup_vs_eager,
+                              speedup_vs_compiled=verdict.speedup_vs_compiled, eager_ms=verdict.eager_ms,
+                              compiled_ms=verdict.compiled_ms)
+        return attempt
+
+    def _candidate_verdict(self, i: int, result: GenerationResult, base: Attempt | None,
+                           pass_name: str) -> Iterator[LoopEvent]:
+        """A program's evaluation and the events that report it; returns (code, verdict). It changes no loop state,
+        so several may run at once (EvaluationAhead)."""
         code, verdict = yield from self._first_that_compiles(i, result, pass_name)
         if base is not None and base.code is not None:
             yield Diff(iteration=i, against_iteration=base.iteration, unified_diff=unified_diff(base, i, code))
@@ -211,17 +250,7 @@ class CandidateSteps:
                           baseline_shared=bool(verdict.baseline), noisy=tuple(verdict.noisy))
         if verdict.profile is not None or verdict.roofline is not None:
             yield ProfileReady(iteration=i, profile=verdict.profile, roofline=verdict.roofline)
-        attempt = Attempt(i, pass_name, verdict.status, verdict.reason, code, verdict, recommendations)
-        yield self._finished(attempt, recs)
-        if attempt.correct:
-            self.state.correct_attempts.append(attempt)
-        if attempt.correct and is_faster(attempt, self.state.best):
-            self.state.best = attempt
-            yield BestUpdated(iteration=i, candidate_ms=verdict.candidate_ms,
-                              speedup_vs_eager=verdict.speedup_vs_eager,
-                              speedup_vs_compiled=verdict.speedup_vs_compiled, eager_ms=verdict.eager_ms,
-                              compiled_ms=verdict.compiled_ms)
-        return attempt
+        return code, verdict
 
     def _first_that_compiles(self, i: int, result: GenerationResult,
                              pass_name: str) -> Iterator[LoopEvent]:

@@ -1,4 +1,5 @@
-"""Agent calls in threads, their streamed tokens yielded as `Tokens` events on the loop's own thread."""
+"""Agent calls in threads, their streamed tokens yielded as `Tokens` events on the loop's own thread; and a
+candidate's evaluation run ahead in a thread, its events replayed on the loop's thread when their turn comes."""
 
 from __future__ import annotations
 
@@ -73,3 +74,48 @@ class _Sink:
 
     def retrying(self, event: Any) -> None:  # an llm.RetryEvent
         self._put("retry", event)
+
+
+class EvaluationAhead:
+    """A candidate's evaluation (a generator of events that returns a value) started now in a thread of its own,
+    so that a best-of-k step's evaluations run at once when each has its own device (best-of-k on Ray). Its events
+    wait here until `replay` yields them on the loop's thread, in the step's order. It must change no loop state:
+    the step records the verdicts one by one, as it would have without running them ahead."""
+
+    def __init__(self, events: Iterator[LoopEvent], iteration: int):
+        self._inbox: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, args=(events,), name=f"kforge-eval-ahead-{iteration}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, events: Iterator[LoopEvent]) -> None:
+        try:
+            while True:
+                self._inbox.put(("event", next(events)))
+        except StopIteration as stop:
+            self._inbox.put(("done", stop.value))
+        except BaseException as e:  # noqa: BLE001 - re-raised on the loop's thread by replay
+            self._inbox.put(("error", e))
+
+    def replay(self, check_cancel: Callable[[], None]) -> Iterator[LoopEvent]:
+        """Yield its events as they come and return its value (or raise its error); `check_cancel` every quarter
+        second of waiting."""
+        while True:
+            try:
+                what, payload = self._inbox.get(timeout=0.25)
+            except queue.Empty:
+                check_cancel()
+                continue
+            if what == "event":
+                yield payload
+            elif what == "done":
+                return payload
+            else:
+                raise payload
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout_s: float = 30.0) -> None:
+        """Wait for the thread after a cancel (its evaluation polls the run's cancel flag and stops)."""
+        self._thread.join(timeout_s)
