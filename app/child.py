@@ -96,7 +96,22 @@ def _start(request: dict) -> dict:
     return {"run_id": run_id, "pid": pid}
 
 
-JOBS = {"targets": _targets, "validate": _validate, "ceilings": _ceilings, "start": _start}
+def _manual(request: dict) -> dict:
+    """One Workbench job (evaluate or analyse a program) on a manual run, created first when `run_id` is None.
+    In a child for the same reason as `_start`; the program itself is judged by the worker's evaluator."""
+    from kforge_core.loop import create_manual_run, launch_manual_job
+    from kforge_core.store import open_store
+
+    run_id = request.get("run_id")
+    if run_id is None:
+        with open_store(request["db"]) as store:
+            run_id = create_manual_run(store, request["problem_source"], request["problem_name"], request["target"],
+                                       request["author"], **request.get("evaluation", {}))
+    pid = launch_manual_job(request["db"], run_id, request["job"], request["program"], request.get("of"))
+    return {"run_id": run_id, "pid": pid}
+
+
+JOBS = {"targets": _targets, "validate": _validate, "ceilings": _ceilings, "start": _start, "manual": _manual}
 
 
 def main(argv: list[str]) -> int:

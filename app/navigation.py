@@ -24,6 +24,7 @@ class PageSpec:
 
 PAGES = (
     PageSpec("synthesize", "Synthesize", ":material/bolt:", "synthesize"),
+    PageSpec("workbench", "Workbench", ":material/code_blocks:", "workbench"),
     PageSpec("runs", "Runs", ":material/history:", "runs"),
     PageSpec("compare", "Compare", ":material/compare_arrows:", "compare"),
     PageSpec("benchmark", "Benchmark", ":material/leaderboard:", "benchmark"),

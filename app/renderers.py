@@ -314,8 +314,11 @@ def work_text(nbytes: Any, flops: Any) -> str:
 def recommendations(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     about = (f" of iteration #{d['analyzed_iteration']}" if d.get("analyzed_iteration") is not None else "")
-    st.caption(f"Performance analysis{about} by {d.get('agent_label') or 'the analysis agent'}; these "
-               "recommendations guided this iteration's program.")
+    who = d.get("agent_label") or "the analysis agent"
+    if d.get("analyzed_iteration") is not None and d["analyzed_iteration"] == event.get("iteration"):
+        st.caption(f"Performance analysis of this program by {who}, asked for in the Workbench.")
+    else:
+        st.caption(f"Performance analysis{about} by {who}; these recommendations guided this iteration's program.")
     if d.get("notes"):
         st.caption(d["notes"])
     recs = d.get("recommendations") or []

@@ -78,6 +78,8 @@ def resumable(run: dict[str, Any]) -> bool:
     """Whether Resume could change anything. A cancelled or interrupted run has work left. A failed run resumes
     only when an LLM endpoint failed (a key or server fixed since may let it go on); a failure of the built-in
     synthesizer or a spent budget would repeat as it was."""
+    if run.get("kind") == "manual":  # a manual run goes on from the Workbench, one evaluation at a time
+        return False
     if run["status"] in ("interrupted", "cancelled"):
         return True
     if run["status"] != "failed" or run.get("agent") == "builtin":
@@ -146,7 +148,7 @@ def _body(run_id: str, was_live: bool) -> None:
                 render(event, RenderContext(state=state, kernel_language=ctx.kernel_language, compact=True,
                                             builtin=builtin))
     if selected is not None:
-        _iteration_detail(run, state, selected, ctx)
+        iteration_detail(run, state, selected, ctx)
     _inputs(run)
 
     if was_live and not live:
@@ -168,6 +170,8 @@ def _figure(points: list[dict[str, Any]]):
 
 def agent_label(run: dict[str, Any]) -> str:
     config = run.get("config") or {}
+    if run.get("kind") == "manual":
+        return f"manual run, written by {run.get('author') or 'a person'}"
     if run.get("agent") == "builtin":
         return BUILTIN_LABEL
     model = run.get("model") or "model"
@@ -291,6 +295,8 @@ def _wall_s(run: dict[str, Any], state: RunState, live: bool) -> float | None:
 def iteration_budget(run: dict[str, Any], state: RunState) -> int | None:
     """The most iterations the run may take, from its settings (both passes, k candidates a step), so the number
     does not change as passes start; the passes' own announcements only for runs without stored settings."""
+    if run.get("kind") == "manual":  # a person's versions: no budget
+        return None
     config = run.get("config") or {}
     steps = (config.get("max_functional_iters") or 0) + (config.get("max_optimization_iters") or 0)
     if steps:
@@ -318,8 +324,8 @@ def _totals(run: dict[str, Any], state: RunState, live: bool) -> None:
     cols[3].metric("Iterations", f"{done}" + (f" / {budget}" if budget else ""),
                    help="finished / the most the run may take (functional + optimization passes); a run stops "
                         "early once a pass has nothing left to do")
-    if run.get("agent") == "builtin" and not (prompt_tokens or completion_tokens):
-        cols[4].metric("Tokens", "none", help="the built-in synthesizer uses no LLM")
+    if run.get("agent") in ("builtin", "manual") and not (prompt_tokens or completion_tokens):
+        cols[4].metric("Tokens", "none", help="no LLM was called (the built-in agents, or a person's versions)")
     else:
         cols[4].metric("Tokens", f"{fmt_tokens(prompt_tokens)} / {fmt_tokens(completion_tokens)}",
                        help="prompt / completion tokens, all agents" + ("" if cost else
@@ -409,7 +415,10 @@ def _writing_box(state: RunState) -> None:
 
 # --------------------------------------------------------------------------------------------------- detail
 
-def _iteration_detail(run: dict[str, Any], state: RunState, index: int, ctx: RenderContext) -> None:
+def iteration_detail(run: dict[str, Any], state: RunState, index: int, ctx: RenderContext,
+                     editable: bool = True, default_tab: str | None = None) -> None:
+    """One iteration: its verdict line, then its tabs (the open one drawn; `default_tab` first). `editable`: with a
+    link that opens its program in the Workbench."""
     it = state.iterations.get(index)
     if it is None:
         return
@@ -424,13 +433,16 @@ def _iteration_detail(run: dict[str, Any], state: RunState, index: int, ctx: Ren
     st.markdown(f"#### Iteration #{index} <span class='kf-when'>{pass_text}</span>", unsafe_allow_html=True)
     stage = f" · :blue[{it.stage}…]" if it.stage and not it.finished else ""
     st.markdown(f"{status}{speed}{reason}{stage}")
+    if editable and it.code:
+        st.page_link(page_path("workbench"), label="Edit in Workbench", icon=":material/edit:",
+                     query_params={"run": run["id"], "iteration": str(index)})
     by_tab: dict[str, list[dict]] = {name: [] for name in TABS}
     for event in it.events:
         by_tab[tab_of(event)].append(event)
     # Only the open tab is drawn: a live view redraws on every poll, and drawing every tab re-sent the highlighted
     # program, kernel sources and diff each time (most of what the browser had to re-render). Switching tabs
     # reruns this fragment, which draws the newly opened one.
-    containers = st.tabs(list(TABS), key=f"kf-tabs:{run['id']}", on_change="rerun")
+    containers = st.tabs(list(TABS), key=f"kf-tabs:{run['id']}", on_change="rerun", default=default_tab)
     for name, container in zip(TABS, containers):
         if container.open is False:
             continue
@@ -461,4 +473,4 @@ def _inputs(run: dict[str, Any]) -> None:
             st.html(to_html(run["reference_program"], "python"))
 
 
-__all__ = ["show", "poll", "agent_label", "config_from_run"]
+__all__ = ["show", "poll", "agent_label", "config_from_run", "iteration_detail"]

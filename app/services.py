@@ -85,6 +85,11 @@ class TargetInfo:
     reason: str
     has_profiler: bool
     accepts_profiler_screenshots: bool
+    # what a candidate imports (the Workbench's blank template) and the single-shot example's files
+    candidate_module: str = ""
+    candidate_api: tuple[str, ...] = ()
+    example_problem: str = ""
+    example_candidate: str = ""
 
 
 def discover_targets() -> list[TargetInfo]:
@@ -104,8 +109,18 @@ def discover_targets() -> list[TargetInfo]:
         found.append(TargetInfo(name=name, title=p.title or name, kernel_language=p.kernel_language or "cpp",
                                 device_type=p.device_type, device_name=device, available=ok, reason=reason,
                                 has_profiler=p.has_profiler,
-                                accepts_profiler_screenshots=p.accepts_profiler_screenshots))
+                                accepts_profiler_screenshots=p.accepts_profiler_screenshots,
+                                candidate_module=p.module_name or f"platforms.{name}",
+                                candidate_api=tuple(p.candidate_api), **_example_paths(p)))
     return found
+
+
+def _example_paths(platform) -> dict[str, str]:
+    try:
+        example = platform.example()
+    except Exception:  # noqa: BLE001 - a third-party platform without an example still lists
+        return {}
+    return {"example_problem": str(example.problem), "example_candidate": str(example.candidate)}
 
 
 def start_target_discovery():

@@ -12,6 +12,7 @@ import streamlit as st
 from app import services
 from app.formatting import fmt_ms, fmt_x, verdict_badge
 from app.highlight import side_by_side_diff, to_html
+from app.navigation import page_path
 from kforge_core.errors import KForgeError
 
 st.title("Compare programs")
@@ -38,6 +39,10 @@ def _parse(value: str | None) -> tuple[str | None, int | None]:
         return run_id, None
 
 
+def _kind(run: dict) -> str:
+    return f"manual by {run.get('author') or 'a person'} · " if run.get("kind") == "manual" else ""
+
+
 def _iterations(run_id: str) -> list[dict]:
     with services.store() as s:
         return [it for it in s.iterations(run_id) if it.get("code")]
@@ -52,7 +57,7 @@ def _pick(side: str, column) -> dict | None:
         run_id = st.selectbox(f"Run {side.upper()}", ids, index=ids.index(run_q) if run_q in by_id else 0,
                               key=f"kf-cmp-run-{side}",
                               format_func=lambda i: f"{by_id[i]['problem_name']} · {by_id[i]['target']} · "
-                                                    f"{by_id[i]['status']} · {i}")
+                                                    f"{_kind(by_id[i])}{by_id[i]['status']} · {i}")
         its = _iterations(run_id)
         if not its:
             st.info("This run has no program yet.")
@@ -65,6 +70,8 @@ def _pick(side: str, column) -> dict | None:
                              format_func=lambda i: f"#{i} · {next(x for x in its if x['index'] == i)['status']}"
                                                    + (" · best" if i == best else ""))
         st.query_params[side] = f"{run_id}:{index}"
+        st.page_link(page_path("workbench"), label=f"Edit {side.upper()} in Workbench", icon=":material/edit:",
+                     query_params={"run": run_id, "iteration": str(index)})
         return {"run": by_id[run_id], **next(it for it in its if it["index"] == index)}
 
 

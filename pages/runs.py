@@ -69,7 +69,7 @@ for run in runs:
                      f"{fmt_x(run.get('best_speedup_vs_compiled'))} vs compile</span>" if best is not None else "—",
                      unsafe_allow_html=True)
     tokens = (run.get("tokens_prompt") or 0) + (run.get("tokens_completion") or 0)
-    cols[5].markdown(fmt_tokens(tokens) if tokens or run.get("agent") != "builtin" else "—")
+    cols[5].markdown(fmt_tokens(tokens) if tokens or run.get("agent") not in ("builtin", "manual") else "—")
     cols[6].markdown(fmt_when(run["created_at"]))
     cols[7].page_link(page_path("synthesize"), label="Open", icon=":material/open_in_new:",
                       query_params={"run": run["id"]})

@@ -16,7 +16,7 @@ from ..errors import UsageError
 
 SECRET_FIELDS = ("api_key",)
 # Stored in their own run columns (problem_source, reference_program), so not repeated in the config JSON.
-COLUMN_FIELDS = ("problem_source", "reference_program")
+COLUMN_FIELDS = ("problem_source", "reference_program")  # start_program stays in the config: it is an input
 
 
 @dataclass
@@ -37,6 +37,9 @@ class RunConfig:
     best_of_k: int = 1  # candidates generated per step (in parallel); each is its own iteration
     reference_program: str | None = None  # a working program for another target (the paper's strongest aid)
     reference_target: str | None = None  # which target `reference_program` is for
+    # a program to start from (written in the Workbench): judged first; when correct the optimization pass starts
+    # from it, when not the functional pass fixes it
+    start_program: str | None = None
     screenshots: list[str] = field(default_factory=list)  # PNG/JPEG profiler screenshots for the analysis agent
     screenshots_of: int | None = None  # the iteration whose program they show; None: taken before the run
     tolerance: str = "default"  # kforge_core.eval.tolerance policy name

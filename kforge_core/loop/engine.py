@@ -101,6 +101,7 @@ class Synthesis(CandidateSteps):
     def events(self) -> Iterator[LoopEvent]:
         """The run as events; always ends with one RunFinished (a bug is re-raised after it)."""
         try:
+            yield from self._judge_start_program()
             nxt = Next.OPTIMIZE if self.state.best is not None else Next.RETRY
             while nxt is not Next.STOP:
                 self._check_cancel()

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,26 +75,37 @@ def execute_run(db_path: str | os.PathLike | None, run_id: str, config: RunConfi
             state = restore_state(store, run_id, config)
         else:
             store.start_run(run_id)
-        cancel = threading.Event()
-        recorder = StoreRecorder(store, run_id)
-        with _Heartbeat(store.path, run_id, cancel):
-            try:
-                generation, analysis = build_agents(config)
-                synthesis = Synthesis(config, generation, analysis, state=state, should_cancel=cancel.is_set)
-                for event in synthesis.events():
-                    recorder.record(event)
-                    if on_event is not None:
-                        on_event(event)
-            except KeyboardInterrupt:
-                recorder.abort("cancelled", None, "interrupted (Ctrl-C or SIGTERM)")
-            except KForgeError as e:  # before the loop started (agents, problem, target) or while writing
-                recorder.abort("failed", str(e), str(e))
-            except BaseException as e:
-                recorder.abort("failed", f"internal error: {type(e).__name__}: {e}", "internal error")
-                raise
-            finally:
-                recorder.close()
-        return store.get_run(run_id)["status"]
+
+        def events(cancel: threading.Event):
+            generation, analysis = build_agents(config)
+            synthesis = Synthesis(config, generation, analysis, state=state, should_cancel=cancel.is_set)
+            return synthesis.events()
+
+        return record_events(store, run_id, events, on_event)
+
+
+def record_events(store: RunStore, run_id: str, events: Callable[[threading.Event], Iterator[LoopEvent]],
+                  on_event: EventSink | None = None) -> str:
+    """Write the events of a started run to the store under a heartbeat (which sets the cancel event it hands
+    `events` when a cancel is requested), closing the record whatever happens; return the run's final status."""
+    cancel = threading.Event()
+    recorder = StoreRecorder(store, run_id)
+    with _Heartbeat(store.path, run_id, cancel):
+        try:
+            for event in events(cancel):
+                recorder.record(event)
+                if on_event is not None:
+                    on_event(event)
+        except KeyboardInterrupt:
+            recorder.abort("cancelled", None, "interrupted (Ctrl-C or SIGTERM)")
+        except KForgeError as e:  # before the loop started (agents, problem, target) or while writing
+            recorder.abort("failed", str(e), str(e))
+        except BaseException as e:
+            recorder.abort("failed", f"internal error: {type(e).__name__}: {e}", "internal error")
+            raise
+        finally:
+            recorder.close()
+    return store.get_run(run_id)["status"]
 
 
 def resume_run(db_path: str | os.PathLike | None, run_id: str, config: RunConfig | None = None,
@@ -125,7 +136,7 @@ def cancel_run(db_path: str | os.PathLike | None, run_id: str) -> bool:
 
 
 def launch_worker(db_path: str | os.PathLike | None, run_id: str, config: RunConfig, *, resume: bool = False,
-                  log_path: str | os.PathLike | None = None) -> int:
+                  log_path: str | os.PathLike | None = None, extra_args: tuple[str, ...] = ()) -> int:
     """Start `python -m kforge_core.loop.worker` detached from this process (own session: it survives the UI, the
     browser tab or the terminal going away) and return its pid. The API key travels in its environment only.
     Its output goes to `log_path` (default: `<db folder>/worker-logs/<run_id>.log`)."""
@@ -143,6 +154,7 @@ def launch_worker(db_path: str | os.PathLike | None, run_id: str, config: RunCon
     command = [sys.executable, "-m", "kforge_core.loop.worker", "--db", str(path), "--run-id", run_id]
     if resume:
         command.append("--resume")
+    command.extend(extra_args)
     with open(log, "ab") as out:
         proc = subprocess.Popen(command, env=env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)

@@ -14,7 +14,7 @@ from ..agents.base import Recommendation
 from .config import RunConfig
 from .feedback import history_entry
 from .standing import standing
-from .types import ENDPOINT_FAILED, FUNCTIONAL, OPTIMIZATION, STOPPED, Attempt, LoopState, is_faster
+from .types import ENDPOINT_FAILED, FUNCTIONAL, OPTIMIZATION, START, STOPPED, Attempt, LoopState, is_faster
 from ..store import RunStore
 from ..eval.verdict import Verdict
 
@@ -46,7 +46,8 @@ def restore_state(store: RunStore, run_id: str, config: RunConfig) -> LoopState:
     if run["best_iteration"] is not None and run["best_iteration"] in by_index:
         state.best = by_index[run["best_iteration"]]
         state.best_speedups = (run["best_speedup_vs_eager"], run["best_speedup_vs_compiled"])
-    judged_functional = [a for a in functional if not a.endpoint_failure]
+    # the starting program is what a functional pass builds on until one of its own attempts is judged
+    judged_functional = [a for a in finished if a.pass_name in (START, FUNCTIONAL) and not a.endpoint_failure]
     state.last = judged_functional[-1] if judged_functional else None
     judged_optimization = [a for a in optimization if not a.endpoint_failure]
     state.last_optimization = judged_optimization[-1] if judged_optimization else None

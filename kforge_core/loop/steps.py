@@ -29,12 +29,14 @@ from ..llm import LLMError, LLMStreamError
 from ..platform import TargetSpec
 from .config import RunConfig
 from .events import (
-    BestUpdated, CompileLog, Diff, ErrorReported, EvalStage, IterationFinished, LoopEvent, ProfileReady,
+    BestUpdated, CompileLog, Diff, ErrorReported, EvalStage, IterationFinished, IterationStarted, LoopEvent,
+    ProfileReady,
     ProgramExtracted, ProgramMissing, PromptSent, RecommendationsReady, Retrying, Timings, UsageRecorded,
     VerdictReady)
 from .streaming import AgentJob, EvaluationAhead, stream_calls
 from .types import (
-    ENDPOINT_FAILED, FATAL_LLM_ERRORS, NOT_FATAL_LLM_ERRORS, OPTIMIZATION, Attempt, Cancelled, FatalEndpointError,
+    ENDPOINT_FAILED, FATAL_LLM_ERRORS, NOT_FATAL_LLM_ERRORS, OPTIMIZATION, START, Attempt, Cancelled,
+    FatalEndpointError,
     LoopState, is_faster)
 
 REPLY_EXCERPT_CHARS = 2000
@@ -57,6 +59,21 @@ class CandidateSteps:
     _check_cancel: Callable[[], None]  # raises Cancelled once the run is asked to stop
     _should_cancel: Callable[[], bool]
     parallel_evaluations: bool  # a best-of-k step's programs are evaluated at once (each on its own device)
+
+    # ------------------------------------------------------------------------------------------ start program
+    def _judge_start_program(self) -> Iterator[LoopEvent]:
+        """A run given a starting program (`RunConfig.start_program`) judges it first, as iteration 0 of a "start"
+        pass: correct, it is the best the optimization pass starts from; not, it is the program the functional
+        pass fixes (with its verdict fed back). Once judged, a resume does not judge it again."""
+        code = self.config.start_program
+        if not code or self.state.next_iteration != 0:
+            return
+        self.state.next_iteration = 1
+        self._open[0] = START
+        yield IterationStarted(iteration=0, pass_name=START)
+        result = GenerationResult(program=code, notes="the starting program (written by a person)")
+        attempt = yield from self._judge(0, START, result, None, [])
+        self.state.last = attempt
 
     # ------------------------------------------------------------------------------------------ analysis
     def _analyse(self, iteration: int, best: Attempt) -> Iterator[LoopEvent]:

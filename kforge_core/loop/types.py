@@ -14,6 +14,7 @@ from ..store import ITERATION_STATUSES
 from ..eval.verdict import Verdict
 
 FUNCTIONAL, OPTIMIZATION = "functional", "optimization"
+START = "start"  # a run's starting program (RunConfig.start_program), judged before the passes
 # The store has no "cancelled" iteration status yet; until it does, an iteration cut short without a verdict is
 # recorded as "no_program" with a reason that says it was cancelled.
 CANCELLED_ITERATION_STATUS = "cancelled" if "cancelled" in ITERATION_STATUSES else "no_program"

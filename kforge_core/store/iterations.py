@@ -18,6 +18,8 @@ from .events import EventKind, EventsMixin
 class Pass(StrEnum):
     FUNCTIONAL = "functional"
     OPTIMIZATION = "optimization"
+    START = "start"  # a synthesis run's starting program, written by a person (the Workbench) and judged first
+    MANUAL = "manual"  # a version written by a person in a manual run (the Workbench)
 
 
 class IterationStatus(StrEnum):

@@ -103,6 +103,16 @@ def m001_initial(db: Database) -> None:
     """)
 
 
+@_migration
+def m002_run_kind_author(db: Database) -> None:
+    """A run is a synthesis by the agents or a manual run (versions a person evaluated in the Workbench), with the
+    person who wrote them."""
+    _script(db, """
+        ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'synthesis';
+        ALTER TABLE runs ADD COLUMN author TEXT
+    """)
+
+
 # --- runner ---------------------------------------------------------------------------------------------------
 
 

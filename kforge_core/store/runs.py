@@ -3,6 +3,7 @@
     create_run -> queued --start_run--> running --finish_run--> succeeded | failed | unsupported | cancelled
     queued | running --mark_interrupted_runs--> interrupted      (worker gone, or heartbeat stale)
     interrupted | failed | cancelled --resume_run--> running
+    a manual run (kind "manual"): also succeeded --resume_run--> running, once per version a person evaluates
 
 `update_run` is the unchecked escape hatch for plain fields (baselines, error, ...); the lifecycle calls above
 are the ones that check transitions and append events.
@@ -39,12 +40,15 @@ RUN_STATUSES = frozenset(s.value for s in RunStatus)
 LIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.UNSUPPORTED, RunStatus.CANCELLED)
 RESUMABLE_STATUSES = (RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.CANCELLED)
+# "synthesis": the agents write the programs; "manual": a person does, each evaluation a version (the Workbench)
+RUN_KINDS = ("synthesis", "manual")
 
 RUN_COLUMNS = (
     "id", "created_at", "updated_at", "problem_name", "problem_source", "target", "agent", "model",
     "analysis_model", "config", "status", "best_iteration", "best_speedup_vs_eager", "best_speedup_vs_compiled",
     "best_candidate_ms", "eager_ms", "compiled_ms", "worker_pid", "heartbeat_at", "finished_at", "error",
-    "reference_program", "reference_target", "tokens_prompt", "tokens_completion", "cancel_requested",
+    "reference_program", "reference_target", "tokens_prompt", "tokens_completion", "cancel_requested", "kind",
+    "author",
 )
 UPDATABLE_COLUMNS = frozenset(RUN_COLUMNS) - {"id", "created_at", "updated_at"}
 # list_runs leaves out the two potentially large texts: the UI polls the list; get_run has everything.
@@ -87,13 +91,17 @@ class RunsMixin(IterationsMixin):
     def create_run(self, problem_name: str, problem_source: str, target: str, *, agent: str = "llm",
                    model: str | None = None, analysis_model: str | None = None,
                    config: dict[str, Any] | None = None, reference_program: str | None = None,
-                   reference_target: str | None = None) -> str:
-        """Insert a `queued` run, append `run_created`; return the new run id."""
+                   reference_target: str | None = None, kind: str = "synthesis",
+                   author: str | None = None) -> str:
+        """Insert a `queued` run, append `run_created`; return the new run id. `kind` "manual": a person writes
+        the programs (`author`), each evaluation of theirs one iteration."""
+        if kind not in RUN_KINDS:
+            raise InvalidValue(f"unknown run kind {kind!r}; known: {', '.join(RUN_KINDS)}")
         now = utc_now()
         row = dict(created_at=now, updated_at=now, problem_name=problem_name, problem_source=problem_source,
                    target=target, agent=agent, model=model, analysis_model=analysis_model, config=to_json(config),
                    status=RunStatus.QUEUED.value, reference_program=reference_program,
-                   reference_target=reference_target)
+                   reference_target=reference_target, kind=kind, author=author)
         for _ in range(5):
             run_id = new_run_id()
             try:
@@ -101,7 +109,7 @@ class RunsMixin(IterationsMixin):
                     self._insert_run({"id": run_id, **row})
                     self._insert_event(run_id, EventKind.RUN_CREATED, dict(
                         problem_name=problem_name, target=target, agent=agent, model=model,
-                        analysis_model=analysis_model, config=config), None)
+                        analysis_model=analysis_model, config=config, kind=kind, author=author), None)
                 return run_id
             except sqlite3.IntegrityError:
                 if not self.db.execute("SELECT 1 FROM runs WHERE id = ?", [run_id]).fetchone():
@@ -121,7 +129,7 @@ class RunsMixin(IterationsMixin):
         """Newest first; all columns but `problem_source` and `reference_program`.
 
         `status` is one status or several; `search` is a case-insensitive substring of the id, problem name,
-        target, agent or model."""
+        target, agent, model, kind or author."""
         where, params = self._run_filter(status, target, search)
         found = rows(self.db, f"SELECT {', '.join(LIST_COLUMNS)} FROM runs {where} "
                               "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?", [*params, limit, offset])
@@ -147,7 +155,7 @@ class RunsMixin(IterationsMixin):
             params.append(target)
         if search:
             pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            columns = ("id", "problem_name", "target", "agent", "model")
+            columns = ("id", "problem_name", "target", "agent", "model", "kind", "author")
             clauses.append("(" + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in columns) + ")")
             params += [pattern] * len(columns)
         return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
@@ -249,8 +257,10 @@ class RunsMixin(IterationsMixin):
         """interrupted / failed / cancelled -> running under worker `pid`; clears error, finish time and the
         cancel flag; appends `run_resumed`. Returns the last completed iteration index (None: start over)."""
         with write_txn(self.db):
-            previous = self._status(run_id)
-            if previous not in RESUMABLE_STATUSES:
+            run = self._require_run(run_id, "status, kind")
+            previous = run["status"]
+            manual_again = run["kind"] == "manual" and previous == RunStatus.SUCCEEDED
+            if previous not in RESUMABLE_STATUSES and not manual_again:
                 raise InvalidTransition(run_id, previous, "resume")
             pid = pid or os.getpid()
             self._set(run_id, {"status": RunStatus.RUNNING.value, "worker_pid": pid, "heartbeat_at": utc_now(),
