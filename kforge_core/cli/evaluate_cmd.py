@@ -31,7 +31,8 @@ def register(sub) -> None:
     p.add_argument("--profile", action="store_true", help="also run the platform's profiler adapter")
     p.add_argument("--size-class", choices=("cpu", "gpu"), help="apply a gallery problem's size class")
     p.add_argument("--timeout", type=float, default=300.0, help="wall-clock limit in seconds (default 300)")
-    p.add_argument("--memory-limit-mb", type=int, default=16384, help="memory limit of the child (MiB)")
+    p.add_argument("--memory-limit-mb", type=int, default=None,
+                   help="memory limit of the child (MiB; default: 16 GiB, or 60 %% of this host's memory if more)")
     p.set_defaults(handler=run)
 
 
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"candidate file not found: {cand}")
     options = EvalOptions(seeds=args.seeds, tolerance=args.tolerance, timing=not args.no_timing,
                           baselines=not args.no_baselines, profile=args.profile, size_class=args.size_class,
-                          timeout_s=args.timeout, memory_limit_mb=args.memory_limit_mb)
+                          timeout_s=args.timeout,
+                          **({} if args.memory_limit_mb is None else {"memory_limit_mb": args.memory_limit_mb}))
     def on_stage(stage: dict) -> None:  # progress on stderr, so --json's stdout stays one object
         print(f"  … {stage['stage']}", file=sys.stderr, flush=True)
 

@@ -15,7 +15,7 @@ from ..platform import get_platform
 from ..problem import Problem, ProblemReport
 from . import baselines, ceilings, judged
 from .harness import watchdog
-from .sandbox import ChildOutcome, run_child
+from .sandbox import ChildOutcome, default_memory_limit_mb, run_child
 from .tolerance import get_policy
 from .verdict import Timing, Verdict, mark_noise
 
@@ -29,7 +29,7 @@ class EvalOptions:
     profile: bool = False
     size_class: str | None = None  # "cpu" applies a gallery problem's CPU_SIZES; None keeps the file's own sizes
     timeout_s: float = 300.0  # wall clock for the whole child (build, checks, timing)
-    memory_limit_mb: int | None = 16384
+    memory_limit_mb: int | None = field(default_factory=default_memory_limit_mb)  # MiB; None: no limit
     timing_options: dict = field(default_factory=dict)  # TimingOptions fields (min_trials, budget_s, ...)
 
     def __post_init__(self) -> None:

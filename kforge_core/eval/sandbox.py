@@ -236,12 +236,28 @@ def popen_lasting(*args, **kwargs) -> subprocess.Popen:
     return box["value"]
 
 
+def default_memory_limit_mb() -> int:
+    """16 GiB, or 60 % of the host's memory where that is more: KernelBench's largest problems (6 GiB inputs and
+    outputs, made on the host, held in the judge's shared arena and by the candidate's process) need more than 16 GiB
+    of host memory, while a runaway candidate must still be stopped before the host runs out."""
+    try:
+        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 20)
+    except (ValueError, OSError):
+        return 16384
+    return int(max(16384, 0.6 * total_mb))
+
+
 def _rss_mb(pid: int) -> float:
-    """Resident memory of a process group leader and its descendants (Linux), in MiB; 0 where unknown."""
+    """Memory of a process group leader and its descendants (Linux), in MiB; 0 where unknown. Each process counts
+    its proportional share (Pss) of pages it shares with others, so the judge's shared arena, mapped by the judge
+    and by the candidate's process, is not counted twice; resident pages (RSS) where Pss cannot be read."""
     total = 0
     try:
-        out = subprocess.run(["ps", "-o", "rss=", "-s", str(pid)], capture_output=True, text=True, timeout=2)
-        total = sum(int(x) for x in out.stdout.split() if x.isdigit())
+        out = subprocess.run(["ps", "-o", "pid=,rss=", "-s", str(pid)], capture_output=True, text=True, timeout=2)
+        for line in out.stdout.splitlines():
+            fields = line.split()
+            if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
+                total += _pss_kb(int(fields[0]), int(fields[1]))
     except (OSError, subprocess.SubprocessError):
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -250,6 +266,16 @@ def _rss_mb(pid: int) -> float:
         except OSError:
             return 0.0
     return total / 1024
+
+
+def _pss_kb(pid: int, rss_kb: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss_kb
 
 
 @dataclass

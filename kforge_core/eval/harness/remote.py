@@ -103,6 +103,14 @@ class RemoteCandidate:
         self.training = bool(reply.get("training"))
         return self, {"build_s": float(reply.get("build_s") or 0.0), "builds": list(reply.get("builds") or [])}
 
+    @staticmethod
+    def transfer_allowance_s(nbytes: int) -> float:
+        """What one call's crossing of the arena may add to its time limit: inputs and outputs copied into and out
+        of host shared memory, to and from the device in both processes, and the inputs read back for the mutation
+        check (about six copies), at a pessimistic 1 GB/s (host copies under gVisor, pageable PCIe). A 6 GiB
+        KernelBench input and output took longer than the 10 s a checked call may take by itself."""
+        return 6 * nbytes / 1e9
+
     def _take_rng_seed(self) -> int | None:
         seed, self.next_rng_seed = self.next_rng_seed, None
         return seed

@@ -279,6 +279,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
     if remote is not None:  # the candidate's own process imports and builds it; this one never does
         new_model, loaded = remote.load()
         remote.expect_output_bytes(memory.sizes.outputs, len(problem_info["outputs"]))
+        context.call_limit_s += remote.transfer_allowance_s(memory.sizes.inputs + memory.sizes.outputs)
         side = remote
     else:
         new_model, loaded = load_candidate(cand_path, platform, state, init, ref_model)
