@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import re
 
+from ..pyast import parse_ast
 from .suite import SuiteProblem
 
 # (kind, rule over the lower-cased file name or the names it calls), tried in this order for one-operator problems
@@ -48,7 +49,7 @@ def _name_words(stem: str) -> str:
 def _called_names(source: str) -> str:
     """The functions and modules the problem calls outside get_inputs/get_init_inputs, as words."""
     try:
-        tree = ast.parse(source)
+        tree = parse_ast(source)
     except SyntaxError:
         return ""
     names = []
