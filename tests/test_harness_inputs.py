@@ -2,7 +2,7 @@
 
 import torch
 
-from kforge_core.eval.harness.run import _make_inputs_on
+from kforge_core.eval.harness.reference import _make_inputs_on
 
 
 class _Platform:
