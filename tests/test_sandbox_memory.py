@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kforge_core.eval.sandbox import _rss_mb, default_memory_limit_mb
+from kforge_core.eval.memory_use import default_memory_limit_mb, session_memory_mb
 
 SHARED_MB = 256
 # A session leader maps a shared memfd, touches every page, then forks a child that maps the same pages.
@@ -41,7 +41,7 @@ def test_shared_pages_are_charged_once():
         time.sleep(0.2)
         out = subprocess.run(["ps", "-o", "rss=", "-s", str(proc.pid)], capture_output=True, text=True).stdout
         rss_total = sum(int(x) for x in out.split()) / 1024
-        charged = _rss_mb(proc.pid)
+        charged = session_memory_mb(proc.pid)
         assert rss_total > 2 * SHARED_MB  # each process resident in the whole arena
         assert SHARED_MB <= charged < 1.5 * SHARED_MB, (charged, rss_total)
     finally:

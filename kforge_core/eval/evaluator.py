@@ -15,7 +15,8 @@ from ..platform import get_platform
 from ..problem import Problem, ProblemReport
 from . import baselines, ceilings, judged
 from .harness import watchdog
-from .sandbox import ChildOutcome, default_memory_limit_mb, run_child
+from .memory_use import default_memory_limit_mb
+from .sandbox import ChildOutcome, run_child
 from .tolerance import get_policy
 from .verdict import Timing, Verdict, mark_noise
 

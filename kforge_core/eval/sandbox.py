@@ -32,6 +32,7 @@ from .. import paths
 from ..errors import SandboxError
 from ..platform import REPO_ROOT
 from . import channels, isolation
+from .memory_use import session_memory_mb
 from .redaction import _CREDENTIAL as _ENV_SECRET
 from .redaction import redactor
 
@@ -236,48 +237,6 @@ def popen_lasting(*args, **kwargs) -> subprocess.Popen:
     return box["value"]
 
 
-def default_memory_limit_mb() -> int:
-    """16 GiB, or 60 % of the host's memory where that is more: KernelBench's largest problems (6 GiB inputs and
-    outputs, made on the host, held in the judge's shared arena and by the candidate's process) need more than 16 GiB
-    of host memory, while a runaway candidate must still be stopped before the host runs out."""
-    try:
-        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 20)
-    except (ValueError, OSError):
-        return 16384
-    return int(max(16384, 0.6 * total_mb))
-
-
-def _rss_mb(pid: int) -> float:
-    """Memory of a process group leader and its descendants (Linux), in MiB; 0 where unknown. Each process counts
-    its proportional share (Pss) of pages it shares with others, so the judge's shared arena, mapped by the judge
-    and by the candidate's process, is not counted twice; resident pages (RSS) where Pss cannot be read."""
-    total = 0
-    try:
-        out = subprocess.run(["ps", "-o", "pid=,rss=", "-s", str(pid)], capture_output=True, text=True, timeout=2)
-        for line in out.stdout.splitlines():
-            fields = line.split()
-            if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
-                total += _pss_kb(int(fields[0]), int(fields[1]))
-    except (OSError, subprocess.SubprocessError):
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total = int(line.split()[1])
-        except OSError:
-            return 0.0
-    return total / 1024
-
-
-def _pss_kb(pid: int, rss_kb: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return rss_kb
-
-
 @dataclass
 class ChildOutcome:
     result: dict | None  # the framed JSON result, when the child produced one
@@ -359,7 +318,7 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
                 break
             if memory_limit_mb and not limit_address_space and now >= next_rss:
                 next_rss = now + 0.5
-                if _rss_mb(pid) > memory_limit_mb:
+                if session_memory_mb(pid) > memory_limit_mb:
                     memory_exceeded = True
                     break
             time.sleep(0.02)
