@@ -60,7 +60,7 @@ def classify(desc: dict, target: str) -> dict:
     if backend is None:
         return {"status": "none", "op": "-", "reason": f"no kernel writer for target {target}"}
     try:
-        low = lower(desc, fuse_cat=backend.fuses_cat, halves=backend.half_dtypes)
+        low = lower(desc, fuse_cat=backend.fuses_cat, halves=backend.half_dtypes, columns=backend.column_kernels)
     except CannotEmit as e:
         return {"status": "none", "op": "-", "reason": "cannot emit: " + _blank(str(e))}
     sched = Schedule()
@@ -68,7 +68,7 @@ def classify(desc: dict, target: str) -> dict:
     kept = [o for o, c in low.counted.items() if c == "kept"]
     vendor = [o for o in kept if VENDOR.match(low.labels.get(o, o))]
     others = [o for o in kept if o not in vendor]
-    if not plan.kernels:
+    if not plan.kernels and not plan.columns:
         if others:
             return {"status": "none", "op": low.labels.get(others[0], others[0]),
                     "reason": _blank(low.kept_reasons.get(others[0], ""))}

@@ -23,7 +23,8 @@ POW_FORMS = ["x ** 2", "x.pow(3)", "torch.pow(x, exponent=2)", "x.abs() ** 0.5",
              "torch.pow(-(x.abs() + 0.5), torch.floor(x))", "x ** 5"]
 
 CASES = {
-    # reductions whose dims are not the last ones (a permuted view feeds the row kernel)
+    # reductions whose dims are not the last ones: one block of dims a column kernel, scattered dims (0, 2) a
+    # permuted view feeding the row kernel
     "anydim": problem(forward="return (torch.sum(x, dim=1, keepdim=True), x.mean(0), torch.max(x, dim=1)[0], "
                               "torch.amin(x, dim=(0, 2)), x.sum(dim=(0, 2), keepdim=True), torch.min(x, 2)[0])",
                       inputs="[torch.randn(4, 33, 17)]"),
@@ -40,6 +41,21 @@ CASES = {
                                  "torch.argmax(x, 0, keepdim=True), torch.argmin(x), "
                                  "torch.argmax(torch.relu(x) * 2.0, dim=-1, keepdim=True))",
                          inputs="[torch.where(torch.rand(4, 33, 17) < 0.01, float('nan'), torch.randn(4, 33, 17))]"),
+    # scans (KernelBench's cumsum family): along the last dim (a row scan, rows longer than a warp's 32 with a
+    # carry), along another dim (a column scan), reversed through flips, masked, cumprod
+    "scans": problem(forward="return (torch.cumsum(x, dim=2), torch.cumprod(x * 0.1 + 1.0, 2), "
+                             "torch.cumsum(x.flip(2), dim=2).flip(2), x.cumsum(1), torch.cumsum(x * (x > 0), dim=-1), "
+                             "torch.cumprod((x * 0.1 + 1.0).flip(1), 1).flip(1))",
+                     inputs="[torch.randn(4, 6, 75)]"),
+    # BatchNorm in training mode (KernelBench's default): batch statistics per channel, running statistics updated
+    # as PyTorch does (momentum; the cumulative average with momentum=None)
+    "batch_norm_train": problem(forward="y = torch.relu(self.bn(x)) * 2.0; return y, self.bn1(y.mean(dim=(2, 3)))",
+                                inputs="[torch.randn(4, 6, 9, 11) * 3.0 + 1.0]",
+                                ctor="self.bn = nn.BatchNorm2d(6); self.bn1 = nn.BatchNorm1d(6, momentum=None, "
+                                     "affine=False)"),
     "pow": problem(forward="return torch.mean((" + " + ".join(POW_FORMS) + ") * 0.5, dim=-1)",
                    inputs="[torch.randn(4, 33)]", ctor="self.p = 2"),
 }
+
+# the families only writers with column kernels (C++, CUDA, Triton) write; Metal keeps them in PyTorch
+COLUMN_ONLY = {"scans", "batch_norm_train"}

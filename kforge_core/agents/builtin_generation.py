@@ -184,19 +184,21 @@ class BuiltinGenerationAgent:
             return GenerationResult(program=None, error=f"cannot trace the problem: {e}", unsupported=e.untraceable)
         try:
             low = lower(desc, conservative=sched.conservative, fuse_cat=backend.fuses_cat,
-                        halves=backend.half_dtypes)
+                        halves=backend.half_dtypes, columns=backend.column_kernels)
         except CannotEmit as e:
             return GenerationResult(program=None, error=f"cannot synthesize this module: {e}", unsupported=True)
         plan = backend.refine(build_plan(low, fuse=sched.fuse), sched)
         report = share_report(plan)
         self.last_report = report
-        if not plan.kernels:
+        if not plan.kernels and not plan.columns:
             # nothing of it is ours to write: every schedule gives the same empty plan
             return GenerationResult(program=None, error=report["nothing_message"], notes=report["summary"],
                                     coverage=report["coverage"], unsupported=True)
         info = {"version": 1, "target": tinfo.name, "problem": _digest(source), "schedule": sched.to_dict(),
                 "size_class": desc.get("size_class"), "backend": backend.kind,
                 "kernels": [{"name": k.name, "label": k.label, "passes": k.npasses} for k in plan.kernels]}
+        if plan.columns:
+            info["columns"] = [{"name": c.kname, "label": c.label, "kind": c.kind} for c in plan.columns]
         header = (f"Candidate for {name} on {tinfo.title}, written by KForge's {LABEL} synthesizer.\n\n"
                   f"{report['summary']}.\nSchedule: {_sched_text(sched)}.")
         try:
@@ -205,10 +207,13 @@ class BuiltinGenerationAgent:
             return GenerationResult(program=None, error=f"cannot write a {tinfo.name} candidate: {e}",
                                     notes=report["summary"], coverage=report["coverage"], unsupported=True)
         notes = report["summary"]
-        reply = [f"Synthesized {len(plan.kernels)} kernel(s) from the traced graph ({desc.get('method', 'fx')}):"]
+        reply = [f"Synthesized {len(plan.kernels) + len(plan.columns)} kernel(s) from the traced graph "
+                 f"({desc.get('method', 'fx')}):"]
         for k in plan.kernels:
             kind = f"{k.npasses} reduction pass(es) + write pass" if k.npasses else "elementwise"
             reply.append(f"- {k.name}: {k.label} ({kind})")
+        for c in plan.columns:
+            reply.append(f"- {c.kname}: {c.label} (column kernel: {c.kind})")
         if move:
             notes += f"; move {move!r}: {MOVE_TEXT[move]}"
             reply.insert(0, f"Applied move `{move}` ({MOVE_TITLES[move]}): {MOVE_TEXT[move]}.")
@@ -242,7 +247,7 @@ def share_report(plan: ProgramPlan) -> dict:
         kept_labels[lab] = kept_labels.get(lab, 0) + 1
     kept_text = ", ".join(f"{k}" + (f" x{v}" if v > 1 else "") for k, v in kept_labels.items())
     pct = 100.0 * len(handled) / total if total else 0.0
-    nk = len(plan.kernels)
+    nk = len(plan.kernels) + len(plan.columns)
     summary = (f"{len(handled)} of {total} nodes ({pct:.0f}%) synthesized: {len(in_kernels)} in {nk} custom "
                f"kernel{'s' if nk != 1 else ''}")
     if libs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from . import cpu as codegen_cpu, emit
+from . import columns, cpu as codegen_cpu, emit
 from .base import Backend
 from ...platform import TargetSpec
 
@@ -20,15 +20,17 @@ class CppCtypesBackend(Backend):
     kind = "cpp-ctypes"
     fuses_cat = True
     half_dtypes = ("bfloat16", "float16")
+    column_kernels = True
 
     def program(self, plan, desc, sched, target, header, marker):
-        src = codegen_cpu.source(plan.kernels, sched)
+        src = codegen_cpu.source(plan.kernels, sched) + columns.cpu_source(plan.columns, sched)
         flags = codegen_cpu.cflags(sched)
         tail = [f"self.kf_lib = compile_cpp(SOURCE, extra_cflags={flags!r})"]
         return emit.candidate(plan, desc, header=header, marker=marker,
                               imports=[f"from {target.module} import compile_cpp"], source_name="SOURCE",
                               source_text=src, init_tail=tail,
-                              launch=lambda kp, names: codegen_cpu.launch_lines(kp, names))
+                              launch=lambda kp, names: codegen_cpu.launch_lines(kp, names),
+                              columns=columns.cpu_launch)
 
 
 def select_backend(target: TargetSpec) -> Backend | None:

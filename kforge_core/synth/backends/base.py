@@ -16,6 +16,9 @@ class Backend:
     # tensor dtypes besides float32 its kernels read, write and round to (bf16/fp16 storage, math in float, as
     # PyTorch computes them); without them half-precision operands, casts and elementwise ops stay in PyTorch
     half_dtypes: tuple = ()
+    # writes column kernels (`lower.colops`: reductions over other dims, scans, BatchNorm's batch statistics);
+    # without them those reductions read a transposing copy and the rest stays in PyTorch
+    column_kernels = False
 
     def program(self, plan: ProgramPlan, desc: dict, sched: Schedule, target: TargetSpec, header: str,
                 marker: str) -> str:

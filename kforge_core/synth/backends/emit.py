@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..lower.args import render
 from ..lower.graph import Py, py_name
+from .columns import COL_HELPERS
 from .host_helpers import HELPERS
 from ..plan.plans import KernelPlan, ProgramPlan
 from ...pyast import parse_ast
@@ -189,8 +190,9 @@ def module_lines(desc: dict, config: dict) -> list[str]:
 
 
 def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, imports: list[str],
-              source_name: str, source_text: str, init_tail: list[str], launch) -> str:
-    """Assemble the candidate file; `launch(kernel_plan, names)` returns the Python lines of one launch."""
+              source_name: str, source_text: str, init_tail: list[str], launch, columns=None) -> str:
+    """Assemble the candidate file; `launch(kernel_plan, names)` returns the Python lines of one launch,
+    `columns(col_op, names)` those of one column kernel (a writer without column kernels gets none in its plan)."""
     low = plan.lowered
     names = dict(low.names)
     out: list[str] = [f'"""{header}"""', "", marker]
@@ -209,7 +211,7 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
     else:  # kernels written in Python (Triton)
         out.append(source_text.rstrip("\n"))
     out += ["", ""]
-    out.append(HELPERS)
+    out.append(HELPERS + (COL_HELPERS if plan.columns else ""))
     out += ["", ""]
     out.append("class ModelNew(nn.Module):")
     out.append("    def __init__(self, *args):")
@@ -239,6 +241,11 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
     for unit in plan.units:
         if isinstance(unit, Py):
             if unit.role == "input" or unit.name not in live:
+                continue
+            if unit.role == "colk":
+                if columns is None:
+                    raise ValueError(f"{unit.label}: this writer has no column kernels")
+                out += ["        " + line for line in "\n".join(columns(unit, names)).split("\n")]
                 continue
             out.append(f"        {names[unit.name]} = {unit.code}")
         else:

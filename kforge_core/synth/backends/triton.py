@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import emit
 from .base import Backend
+from .columns_triton import triton_launch, triton_source
 from .cpu import signature as cpu_signature
 from .cexprs import flit
 from ..plan.passes import row_program
@@ -249,6 +250,7 @@ def triton_launch_lines(plan: KernelPlan, names: dict, sched: Schedule) -> emit.
 class TritonBackend(Backend):
     kind = "triton"
     device_type = "cuda"
+    column_kernels = True
 
     def program(self, plan, desc, sched, target, header, marker):
         try:
@@ -257,5 +259,7 @@ class TritonBackend(Backend):
             raise ValueError(f"the Triton writer cannot express this graph: {e}") from None
         return emit.candidate(plan, desc, header=header, marker=marker,
                               imports=["import triton", "import triton.language as tl"], source_name=None,
-                              source_text="\n\n".join(kernels), init_tail=[],
-                              launch=lambda kp, names: triton_launch_lines(kp, names, sched))
+                              source_text="\n\n".join(kernels + ([triton_source(plan.columns)] if plan.columns
+                                                                   else [])), init_tail=[],
+                              launch=lambda kp, names: triton_launch_lines(kp, names, sched),
+                              columns=triton_launch)

@@ -12,6 +12,7 @@ Nothing here executes problem code: the description is plain JSON produced by th
 from __future__ import annotations
 
 from .args import Arg, render
+from .colops import SCAN_OPS, ColumnLowering
 from .cse import merge_duplicates
 from .ir import FLOAT, KERNEL_DTYPES, CannotEmit, Lowered, Prim, Py, Unsupported, Value, contig_strides, py_name
 from .matmul import MatmulLowering
@@ -25,12 +26,14 @@ __all__ = ["FLOAT", "KERNEL_DTYPES", "CannotEmit", "Lowered", "Lowerer", "Prim",
            "lower", "py_name", "render"]
 
 
-class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, RowOpLowering):
+class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, RowOpLowering, ColumnLowering):
     """One lowering of one description. The mixins hold the per-operator lowerings; they share the state set up
     here (`values`, `items`, `names`, `counted`, `labels`, ...) rather than passing it around."""
 
-    def __init__(self, desc: dict, conservative: bool = False, fuse_cat: bool = True, halves: tuple = ()):
+    def __init__(self, desc: dict, conservative: bool = False, fuse_cat: bool = True, halves: tuple = (),
+                 columns: bool = False):
         self.desc = desc
+        self.columns = columns  # the target's writer has column kernels (`colops`: other-dim reductions, scans)
         self.halves = tuple(halves)  # half-precision dtypes the target's writer reads, writes and rounds to
         self.conservative = conservative  # keep reductions in PyTorch (a fallback after a failed candidate)
         self.fuse_cat = fuse_cat  # the target's writer evaluates `cat` primitives (last-dim concatenation)
@@ -175,7 +178,9 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
         return names
 
     def _prepass(self) -> None:
-        """`torch.max(x, dim)` whose users only read `.values` / `[0]` becomes a max reduction."""
+        """`torch.max(x, dim)` whose users only read `.values` / `[0]` becomes a max reduction; a scan between
+        two flips becomes one reversed scan (`_scan_prepass`)."""
+        self._scan_prepass()
         for n in self.nodes:
             if n["op"] not in ("call_function", "call_method"):
                 continue
@@ -214,6 +219,15 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
     # --- calls -----------------------------------------------------------------------------------------
     def _call(self, n: dict) -> None:
         name = n["name"]
+        if n.get("_reverse_scan"):
+            try:
+                self._reverse_scan(n)
+            except Unsupported:  # the flips and the scan are lowered as they were traced
+                for m in n.pop("_reverse_scan")[::-1]:
+                    self.dropped.discard(m["name"])
+                    self._call(m)
+                self._call(n)
+            return
         src = n.get("_values_of")
         if src is not None and src["name"] not in self.dropped:
             self._py_call(n, "glue")
@@ -262,6 +276,9 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
             if cname in ROW_OPS:
                 self._row_op(n, cname, bound)
                 return
+            if cname in SCAN_OPS:
+                self._scan(n, cname, bound)
+                return
             if cname == "cat":
                 self._cat(n, bound)
                 return
@@ -307,7 +324,8 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
         self.kept_reasons[n["name"]] = reason
 
 
-def lower(desc: dict, conservative: bool = False, fuse_cat: bool = True, halves: tuple = ()) -> Lowered:
-    lowered = Lowerer(desc, conservative, fuse_cat, halves).lower()
+def lower(desc: dict, conservative: bool = False, fuse_cat: bool = True, halves: tuple = (),
+          columns: bool = False) -> Lowered:
+    lowered = Lowerer(desc, conservative, fuse_cat, halves, columns).lower()
     merge_duplicates(lowered)
     return lowered

@@ -8,6 +8,7 @@ names for `Lowerer._call`: glue, casts, library products, row operators, element
 from __future__ import annotations
 
 from .args import Arg
+from .colops import BN_MODULES, bn_module_canon
 
 UNARY = {
     "relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "abs", "neg", "sqrt",
@@ -130,6 +131,8 @@ class OperatorCanon:
                                       "weight": self.param_ref(f"{target}.weight") if "weight" in params else None,
                                       "bias": self.param_ref(f"{target}.bias") if "bias" in params else None,
                                       "eps": a.get("eps", 1e-5)}
+            if cls in BN_MODULES:
+                return bn_module_canon(mod, target, args, self.param_ref, self.modules)
             if cls == "GroupNorm":
                 a = mod.get("attrs", {})
                 params = {p["name"] for p in self.modules.get(target, {}).get("params", [])}

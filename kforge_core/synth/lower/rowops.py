@@ -1,7 +1,9 @@
 """Lowering reductions and row operators to `red` and elementwise primitives over the trailing dimensions.
 
-The row kernels reduce only over a suffix of the dimensions: a plain reduction over other dims reads a permuted view
-of its input (`_to_trailing`); the composite operators check that their dims are the last `k`. Composite operators
+The row kernels reduce only over a suffix of the dimensions. A reduction (or softmax, log_softmax, logsumexp,
+argmax/argmin) over one block of other dims is a column kernel where the writer has them (`colops`); otherwise, or
+over scattered dims, it reads a permuted view of its input (`_to_trailing`); the composite operators check that
+their dims are the last `k`. Composite operators
 (softmax, log_softmax, logsumexp, layer_norm, rms_norm, normalize, norm, var, std, eval-mode batch_norm: the
 templates of `row_templates`; group_norm, here) expand into reductions and elementwise steps that share the node's
 name as `origin`.
@@ -103,6 +105,9 @@ class RowOpLowering:
             raise Unsupported(f"unexpected reduction shape {out_shape}")
         if dims == list(range(len(S) - k, len(S))):
             self.items.append(self._red(name_override, fn, x, S, k, keepdim, origin, label=label))
+        elif self._column_block(S, dims):
+            self._col(name_override, "reduce", x, dims[0], dims[-1] + 1, origin, label, op=fn, keepdim=keepdim)
+            return
         else:
             x, xv = self._to_trailing(x, xv, dims, origin)
             flat = self._tmp(f"{origin}_{fn}", tuple(xv.shape[:len(S) - k])) if keepdim else name_override
@@ -132,6 +137,9 @@ class RowOpLowering:
         if dim is None and keepdim:
             raise Unsupported(f"{cname} with keepdim and no dim")
         k = len(dims)
+        if dim is not None and self._column_block(S, dims):
+            self._col(name, cname, x, dims[0], dims[-1] + 1, name, cname, keepdim=keepdim)
+            return
         if dims != list(range(len(S) - k, len(S))):
             x, xv = self._to_trailing(x, xv, dims, name)
         R = prod(xv.shape[len(S) - k:])
@@ -189,6 +197,15 @@ class RowOpLowering:
         dim = Arg.const(b.get("dim")) if cname in MOVABLE and b.get("dim") is not None else None
         if isinstance(dim, (list, tuple)) and len(dim) == 1:
             dim = dim[0]
+        if cname == "batch_norm" and (Arg.const(b.get("training", False)) is not False
+                                      or b.get("running_mean") in (None, {"n": None})):
+            self._batch_norm_train(name, b, x, xv)  # batch statistics: a column kernel
+            return
+        if isinstance(dim, int) and xv.shape and self._column_block(xv.shape, [dim % len(xv.shape)]) and \
+                b.get("dtype") is None:
+            d = dim % len(xv.shape)
+            self._col(name, cname, x, d, d + 1, name, cname, keepdim=bool(Arg.const(b.get("keepdim", False))))
+            return
         if isinstance(dim, int) and xv.shape and dim % len(xv.shape) != len(xv.shape) - 1 and \
                 b.get("dtype") is None:
             # softmax / logsumexp over another dim: the row kernel works on a view with that dim last, its result

@@ -18,6 +18,7 @@ converges, then orders the units.
 
 from __future__ import annotations
 
+from ..lower.colops import ColOp
 from ..lower.graph import FLOAT, Lowered, Py
 from .grouping import Grouper
 from .planning import plan_kernel, plan_problems
@@ -82,6 +83,8 @@ def build_plan(low: Lowered, fuse: bool) -> ProgramPlan:
     kernels = [u for u in ordered if isinstance(u, KernelPlan)]
     for i, kp in enumerate(kernels):
         kp.name = f"kf_k{i}"
+    for i, col in enumerate(u for u in ordered if isinstance(u, ColOp)):
+        col.kname = f"kf_c{i}"
     return ProgramPlan(ordered, low, kernels)
 
 

@@ -83,9 +83,14 @@ class KernelPlan:
 
 @dataclass
 class ProgramPlan:
-    units: list  # Py | KernelPlan, in emission order
+    units: list  # Py | KernelPlan, in emission order (a `ColOp` is a Py its writer launches as a column kernel)
     lowered: Lowered
     kernels: list[KernelPlan]
+
+    @property
+    def columns(self) -> list:
+        """The column kernels (`lower.colops.ColOp`), in emission order."""
+        return [u for u in self.units if getattr(u, "role", "") == "colk"]
 
 
 def storage_ctype(dtype: str) -> str:

@@ -26,6 +26,7 @@ The statements come from the shared C-family writer (`cfamily`) in its CUDA dial
 from __future__ import annotations
 
 from .. import emit
+from ..columns import cuda_launch, cuda_source
 from ..base import Backend
 from ..cpu import signature as cpu_signature
 from .emitter import CudaWriter
@@ -256,6 +257,7 @@ class CudaBackend(Backend):
     device_type = "cuda"
     fuses_cat = True
     half_dtypes = ("bfloat16", "float16")
+    column_kernels = True
 
     def rewrites(self, sched):
         # the GroupNorm pipeline is written with the vector loads and the block shape's batching
@@ -271,7 +273,8 @@ class CudaBackend(Backend):
         kernels = [cuda_kernel(k, sched, scheds[k.name]) for k in plan.kernels]
         keeps = [CUDA_L2_KEEP.strip()] if any("kf_keep_" in k for k in kernels) else []  # vector loads only
         pipes = [CUDA_PIPE.strip()] if any(k.pipeline for k in plan.kernels) else []
-        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + keeps + pipes + kernels)
+        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + keeps + pipes + kernels) + (
+            "\n" + cuda_source(plan.columns) if plan.columns else "")
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
                 "kf_props = torch.cuda.get_device_properties(torch.cuda.current_device())",
                 "self.kf_sms = kf_props.multi_processor_count"]
@@ -282,4 +285,5 @@ class CudaBackend(Backend):
                               imports=[f"from {target.module} import compile_cuda"], source_name="SOURCE",
                               source_text=src, init_tail=tail,
                               launch=lambda kp, names: cuda_launch_lines(kp, names, _cuda_signature,
-                                                                         scheds[kp.name]))
+                                                                         scheds[kp.name]),
+                              columns=cuda_launch)

@@ -1,0 +1,351 @@
+"""The column kernels (`lower.colops.ColOp`) in C++ (OpenMP) and CUDA, their launch lines, and the host helpers
+every writer's column launches share.
+
+The input is viewed as (O, R, I) with its own strides (`kf_col_view`: no copy where each block of dims is linear).
+One lane owns output column (o, i) and walks r with stride sR: on the CPU a task is (o, a chunk of up to 256
+consecutive i), each pass over r an inner loop over the chunk that the compiler vectorizes (contiguous when sI is
+1); on the GPU one thread a column, consecutive threads on consecutive i (coalesced). Row scans (I == 1, a scan
+along the last dim) run one row a lane on the CPU and one row a warp on the GPU (a shuffle scan of 32 elements at a
+time with a carry). `bnstats` (BatchNorm's per-channel mean and biased variance over (N, S) of x viewed as
+(N, C, S)) runs one channel a task on the CPU and one channel a thread block on the GPU, two passes (the mean,
+then squared deviations from it) with double accumulators.
+
+Sums and the softmax denominators accumulate in double, as the row kernels do; cumprod accumulates as PyTorch does
+on the device (double on the CPU, float on the GPU), so overflow and underflow happen where PyTorch's do.
+"""
+
+from __future__ import annotations
+
+from ..lower.colops import ColOp
+from ..schedule import Schedule
+
+# ColOp output as the launch allocates it, per kind
+COL_HELPERS = '''
+
+def kf_col_block(shape, st, a, b):
+    """(size, stride) of dims [a, b) as one dim, or None when their strides do not chain."""
+    n, s, nxt = 1, 1, None
+    for d in range(b - 1, a - 1, -1):
+        if shape[d] == 1:
+            continue
+        if nxt is None:
+            s = st[d]
+        elif st[d] != nxt:
+            return None
+        n *= shape[d]
+        nxt = st[d] * shape[d]
+    return n, s
+
+
+def kf_col_view(t, lo, hi):
+    """t viewed as (O, R, I) over dims [:lo], [lo:hi], [hi:]: (memory the kernel indexes, O, R, I, sO, sR, sI);
+    a copy only where a block's strides do not chain."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+        raise ValueError("synthesized column kernel: expects a float32 tensor")
+    if len(t.shape) < hi:
+        raise ValueError(f"synthesized column kernel: expects at least {hi} dims, got shape {tuple(t.shape)}")
+    blocks = [kf_col_block(t.shape, t.stride(), a, b) for a, b in ((0, lo), (lo, hi), (hi, t.dim()))]
+    if any(b is None for b in blocks):
+        t = t.contiguous()
+        blocks = [kf_col_block(t.shape, t.stride(), a, b) for a, b in ((0, lo), (lo, hi), (hi, t.dim()))]
+    if not t.is_contiguous():
+        span = 1 + sum((s - 1) * x for s, x in zip(t.shape, t.stride())) if t.numel() else 0
+        t = torch.as_strided(t, (span,), (1,))
+    (O, sO), (R, sR), (I, sI) = blocks
+    return t, O, R, I, sO, sR, sI
+
+
+def kf_col_shape(shape, lo, hi, keepdim):
+    return tuple(shape[:lo]) + ((1,) * (hi - lo) if keepdim else ()) + tuple(shape[hi:])
+
+
+def kf_bn_update(mean, var, tracked, stats, count, momentum):
+    """Training-mode BatchNorm's running statistics, updated as PyTorch does; returns the batch mean."""
+    with torch.no_grad():
+        if tracked is not None:
+            tracked.add_(1)
+        f = momentum if momentum is not None else 1.0 / float(tracked.item())
+        mean.mul_(1.0 - f).add_(stats[0], alpha=f)
+        var.mul_(1.0 - f).add_(stats[1] * (count / (count - 1)), alpha=f)
+    return stats[0]
+'''.rstrip()
+
+
+def out_lines(col: ColOp, x: str, device: str = "xc.device") -> list[str]:
+    """Lines allocating `out` for a column launch (after `kf_col_view` gave xc, O, R, I, ...)."""
+    shape = "(2, R)" if col.kind == "bnstats" else (
+        f"tuple({x}.shape)" if col.same_shape else f"kf_col_shape({x}.shape, {col.lo}, {col.hi}, {col.keepdim})")
+    dtype = "torch.int64" if col.out_dtype == "int64" else "torch.float32"
+    return [f"out = torch.empty({shape}, dtype={dtype}, device={device})"]
+
+
+def launch_lines(col: ColOp, names: dict, call: str) -> list[str]:
+    """The launch of one column kernel; `call` is the kernel call over (xc, out, O, R, I, sO, sR, sI)."""
+    x = names[col.x]
+    lines = [f"# {col.kname}: {col.label} (column kernel)",
+             f"xc, O, R, I, sO, sR, sI = kf_col_view({x}, {col.lo}, {col.hi})"]
+    lines += out_lines(col, x)
+    lines.append(call)
+    lines.append(f"{names[col.name]} = out")
+    return lines
+
+
+def cpu_launch(col: ColOp, names: dict) -> list[str]:
+    return launch_lines(col, names, f"self.kf_lib.{col.kname}(xc, out, O, R, I, sO, sR, sI)")
+
+
+def cuda_launch(col: ColOp, names: dict) -> list[str]:
+    if col.kind == "bnstats":
+        grid, block, fn = "max(1, min(R, self.kf_sms * 8))", 256, col.kname
+    elif col.kind == "scan":
+        # I == 1: a row scan, one row a warp; else one column a thread
+        return launch_lines(col, names, "\n".join([
+            "if I == 1:",
+            f"    self.kf_mod.{col.kname}_rows(grid=(max(1, min((O + 7) // 8, self.kf_sms * 16)),), block=(256,), "
+            "args=(xc, out, O, R, sO, sR))",
+            "else:",
+            f"    self.kf_mod.{col.kname}(grid=(max(1, min((O * I + 255) // 256, self.kf_sms * 16)),), "
+            "block=(256,), args=(xc, out, O, R, I, sO, sR, sI))"]))
+    else:
+        grid, block, fn = "max(1, min((O * I + 255) // 256, self.kf_sms * 16))", 256, col.kname
+    return launch_lines(col, names, f"self.kf_mod.{fn}(grid=({grid},), block=({block},), "
+                                    f"args=(xc, out, O, R, I, sO, sR, sI))")
+
+
+# ----------------------------------------------------------------------------------------------- kernel bodies
+
+def _program(col: ColOp, gpu: bool) -> dict:
+    """The per-column program: state declarations, passes over r (statements over `v`), and the final writes.
+    Statements use A(name) for a per-column state variable (an array slot on the CPU, a register on the GPU);
+    `OUT` is where the column's value goes (reductions), `OUTR` the element at r (same-shape kinds)."""
+    sum_t = "double"
+    kind, op = col.kind, col.op
+    if kind == "reduce":
+        if op in ("sum", "mean"):
+            final = "(float)(A(acc) / (double)R)" if op == "mean" else "(float)A(acc)"
+            return {"state": [(sum_t, "acc", "0.0")], "passes": ["A(acc) += (double)v;"],
+                    "final": f"OUT = {final};"}
+        cmp = ">" if op == "max" else "<"
+        init = "-INFINITY" if op == "max" else "INFINITY"
+        # NaN propagates: once the accumulator is NaN nothing replaces it
+        return {"state": [("float", "acc", init)],
+                "passes": [f"A(acc) = (v {cmp} A(acc) || v != v) ? v : A(acc);"], "final": "OUT = A(acc);"}
+    if kind in ("argmax", "argmin"):
+        cmp = ">" if kind == "argmax" else "<"
+        init = "-INFINITY" if kind == "argmax" else "INFINITY"
+        # the first extreme (strict comparison), the first NaN when there is one (then nothing replaces it)
+        return {"state": [("float", "best", init), ("long long" if gpu else "int64_t", "bi", "0")],
+                "passes": [f"{{ const bool up = A(best) == A(best) && (v {cmp} A(best) || v != v); "
+                           f"A(best) = up ? v : A(best); A(bi) = up ? r : A(bi); }}"],
+                "final": "OUT = A(bi);"}
+    if kind in ("softmax", "log_softmax", "logsumexp"):
+        state = [("float", "m", "-INFINITY"), (sum_t, "s", "0.0")]
+        p1 = "A(m) = (v > A(m) || v != v) ? v : A(m);"
+        if kind == "logsumexp":
+            # an all -inf (or +inf) column: shift by 0 so the result is log(0) = -inf (inf), as PyTorch's
+            p2 = "A(s) += (double)kf_exp(v - (kf_isinf(A(m)) ? 0.0f : A(m)));"
+            return {"state": state, "passes": [p1, p2],
+                    "final": "OUT = kf_log((float)A(s)) + (kf_isinf(A(m)) ? 0.0f : A(m));"}
+        p2 = "A(s) += (double)kf_exp(v - A(m));"
+        write = ("OUTR = kf_exp(v - A(m)) * (float)(1.0 / A(s));" if kind == "softmax" else
+                 "OUTR = v - A(m) - kf_log((float)A(s));")
+        return {"state": state, "passes": [p1, p2, write], "final": ""}
+    if kind == "scan":
+        acc_t = "double" if (op == "sum" or not gpu) else "float"
+        init = "0.0" if op == "sum" else "1.0"
+        sym = "+" if op == "sum" else "*"
+        return {"state": [(acc_t, "acc", init)], "passes": [f"A(acc) {sym}= ({acc_t})v; OUTR = (float)A(acc);"],
+                "final": ""}
+    raise ValueError(f"no column program for {kind}")
+
+
+def _r_loop(index_t: str, reverse: bool, sep: str) -> str:
+    """The opening of a loop over r in order, or from the end (a reversed scan)."""
+    if reverse:
+        return f"for ({index_t} q = 0; q < R; ++q) {{{sep}const {index_t} r = R - 1 - q;"
+    return f"for ({index_t} r = 0; r < R; ++r) {{"
+
+
+def _expand(stmt: str, cpu: bool) -> str:
+    import re
+
+    return re.sub(r"A\((\w+)\)", (lambda m: f"{m.group(1)}_[j]") if cpu else (lambda m: m.group(1)), stmt)
+
+
+def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
+    prog = _program(col, gpu=False)
+    simd = "#pragma omp simd" if sched.vectorize else ""
+    lines = [f"// {col.label}: column kernel ({col.kind}) over x viewed as (O, R, I), a lane an output column",
+             f'extern "C" void {col.kname}(const float* x, {_out_t(col, False)}* out, int64_t O, int64_t R, '
+             f"int64_t I, int64_t sO, int64_t sR, int64_t sI) {{"]
+    if col.kind == "scan":
+        # along the last dim: one row a lane, the row in order
+        lines += ["    if (I == 1) {"]
+        if sched.parallel:
+            lines.append("        #pragma omp parallel for schedule(static)")
+        (acc_t, _, init), = prog["state"]
+        sym = "+" if col.op == "sum" else "*"
+        r_iter = _r_loop("int64_t", col.reverse, " ")
+        lines += ["        for (int64_t o = 0; o < O; ++o) {",
+                  f"            {acc_t} acc = {init};",
+                  "            const float* xo = x + o * sO;",
+                  "            float* oo = out + o * R;",
+                  f"            {r_iter} acc {sym}= ({acc_t})xo[r * sR]; oo[r] = (float)acc; }}",
+                  "        }", "        return;", "    }"]
+    lines += ["    int64_t ch = 256;",
+              "    while (ch > 16 && O * ((I + ch - 1) / ch) < 64) ch /= 2;  // enough tasks for the threads",
+              "    const int64_t nch = (I + ch - 1) / ch;"]
+    if sched.parallel:
+        lines.append("    #pragma omp parallel for schedule(static)")
+    lines += ["    for (int64_t t = 0; t < O * nch; ++t) {",
+              "        const int64_t o = t / nch;",
+              "        const int64_t i0 = (t - o * nch) * ch;",
+              "        const int64_t n = std::min(ch, I - i0);",
+              "        const float* xo = x + o * sO + i0 * sI;"]
+    for ctype, name, init in prog["state"]:
+        lines.append(f"        {ctype} {name}_[256];")
+        lines.append(f"        for (int64_t j = 0; j < n; ++j) {name}_[j] = {init};")
+    r_loop = _r_loop("int64_t", col.reverse, "\n            ")
+    for stmt in prog["passes"]:
+        body = _expand(stmt, True).replace("OUTR", "out[(o * R + r) * I + i0 + j]")
+        lines.append(f"        {r_loop}")
+        lines.append("            const float* xr = xo + r * sR;")
+        for cond, load in (("if (sI == 1) {", "xr[j]"), ("} else {", "xr[j * sI]")):
+            lines.append(f"            {cond}")
+            if simd:
+                lines.append(f"                {simd}")
+            lines.append(f"                for (int64_t j = 0; j < n; ++j) {{ const float v = {load}; {body} }}")
+        lines += ["            }", "        }"]
+    if prog["final"]:
+        fin = _expand(prog["final"], True).replace("OUT", "out[o * I + i0 + j]")
+        lines.append(f"        for (int64_t j = 0; j < n; ++j) {{ {fin} }}")
+    lines += ["    }", "}"]
+    return lines
+
+
+def _cpu_bnstats(col: ColOp, sched: Schedule) -> list[str]:
+    par = ["    #pragma omp parallel for schedule(static)"] if sched.parallel else []
+    red = "#pragma omp simd reduction(+:s)" if sched.vectorize else ""
+
+    def sweep(term: str) -> list[str]:
+        return ["        s = 0.0;",
+                "        for (int64_t n = 0; n < O; ++n) {",
+                "            const float* xr = x + n * sO + c * sR;",
+                "            if (sI == 1) {", f"                {red}",
+                f"                for (int64_t j = 0; j < I; ++j) {{ {term.format(v='xr[j]')} }}",
+                "            } else {", f"                {red}",
+                f"                for (int64_t j = 0; j < I; ++j) {{ {term.format(v='xr[j * sI]')} }}",
+                "            }", "        }"]
+
+    return ([f"// {col.label}: per-channel batch statistics (mean, biased variance) of x viewed as (N, C, S)",
+             f'extern "C" void {col.kname}(const float* x, float* out, int64_t O, int64_t R, int64_t I, '
+             "int64_t sO, int64_t sR, int64_t sI) {",
+             "    const double cnt = (double)O * (double)I;"] + par +
+            ["    for (int64_t c = 0; c < R; ++c) {", "        double s;"] + sweep("s += (double){v};") +
+            ["        const double mean = s / cnt;"] +
+            sweep("const double d = (double){v} - mean; s += d * d;") +
+            ["        out[c] = (float)mean;", "        out[R + c] = (float)(s / cnt);", "    }", "}"])
+
+
+def _out_t(col: ColOp, gpu: bool) -> str:
+    if col.out_dtype == "int64":
+        return "long long" if gpu else "int64_t"
+    return "float"
+
+
+def cpu_source(cols: list[ColOp], sched: Schedule) -> str:
+    """The C++ of the column kernels (after the CPU prelude: kf_exp, kf_log)."""
+    if not cols:
+        return ""
+    parts = ["static inline bool kf_isinf(float v) { return v == INFINITY || v == -INFINITY; }"]
+    for col in cols:
+        parts.append("\n".join(_cpu_bnstats(col, sched) if col.kind == "bnstats" else _cpu_column(col, sched)))
+    return "\n".join(parts) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------- CUDA
+
+def _cuda_column(col: ColOp) -> list[str]:
+    prog = _program(col, gpu=True)
+    lines = [f"// {col.label}: column kernel ({col.kind}), a thread an output column (coalesced over i)",
+             f'extern "C" __global__ void {col.kname}(const float* __restrict__ x, {_out_t(col, True)}* '
+             "__restrict__ out, long long O, long long R, long long I, long long sO, long long sR, long long sI) {",
+             "    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < O * I; "
+             "t += (long long)gridDim.x * blockDim.x) {",
+             "        const long long o = t / I, i = t - o * I;",
+             "        const float* xo = x + o * sO + i * sI;"]
+    for ctype, name, init in prog["state"]:
+        lines.append(f"        {ctype} {name} = {init};")
+    r_loop = _r_loop("long long", col.reverse, " ")
+    for stmt in prog["passes"]:
+        body = _expand(stmt, False).replace("OUTR", "out[(o * R + r) * I + i]")
+        lines.append(f"        {r_loop} const float v = xo[r * sR]; {body} }}")
+    if prog["final"]:
+        lines.append("        " + _expand(prog["final"], False).replace("OUT", "out[t]"))
+    lines += ["    }", "}"]
+    if col.kind == "scan":
+        lines += _cuda_row_scan(col)
+    return lines
+
+
+def _cuda_row_scan(col: ColOp) -> list[str]:
+    ident, sym = ("0.0f", "+") if col.op == "sum" else ("1.0f", "*")
+    r = "R - 1 - (r0 + lane)" if col.reverse else "r0 + lane"
+    return [f"// {col.label}: row scan along the last dim, a warp a row (shuffle scans of 32 elements, a carry)",
+            f'extern "C" __global__ void {col.kname}_rows(const float* __restrict__ x, float* __restrict__ out, '
+            "long long O, long long R, long long sO, long long sR) {",
+            "    const int lane = threadIdx.x & 31;",
+            "    const long long per = blockDim.x >> 5;",
+            "    for (long long o = blockIdx.x * per + (threadIdx.x >> 5); o < O; o += (long long)gridDim.x * per) {",
+            f"        float carry = {ident};",
+            "        for (long long r0 = 0; r0 < R; r0 += 32) {",
+            "            const bool ok = r0 + lane < R;",
+            f"            const long long r = {r};",
+            f"            float v = ok ? x[o * sO + r * sR] : {ident};",
+            "            for (int d = 1; d < 32; d <<= 1) {",
+            "                const float u = __shfl_up_sync(0xffffffffu, v, d);",
+            f"                if (lane >= d) v = u {sym} v;",
+            "            }",
+            f"            v = carry {sym} v;",
+            "            if (ok) out[o * R + r] = v;",
+            "            carry = __shfl_sync(0xffffffffu, v, 31);",
+            "        }", "    }", "}"]
+
+
+def _cuda_bnstats(col: ColOp) -> list[str]:
+    def sweep(term: str) -> list[str]:
+        return ["        s = 0.0;",
+                "        if (I >= blockDim.x) {",
+                "            for (long long n = 0; n < O; ++n)",
+                f"                for (long long j = threadIdx.x; j < I; j += blockDim.x) {{ "
+                f"{term.format(v='x[n * sO + c * sR + j * sI]')} }}",
+                "        } else {",
+                "            for (long long e = threadIdx.x; e < O * I; e += blockDim.x) {",
+                "                const long long n = e / I, j = e - n * I;",
+                f"                {term.format(v='x[n * sO + c * sR + j * sI]')}",
+                "            }", "        }",
+                "        red[threadIdx.x] = s;", "        __syncthreads();",
+                "        for (int w = blockDim.x >> 1; w > 0; w >>= 1) {",
+                "            if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];",
+                "            __syncthreads();", "        }",
+                "        s = red[0];", "        __syncthreads();"]
+
+    return ([f"// {col.label}: per-channel batch statistics of x viewed as (N, C, S), a block a channel",
+             f'extern "C" __global__ void {col.kname}(const float* __restrict__ x, float* __restrict__ out, '
+             "long long O, long long R, long long I, long long sO, long long sR, long long sI) {",
+             "    __shared__ double red[256];",
+             "    const double cnt = (double)O * (double)I;",
+             "    for (long long c = blockIdx.x; c < R; c += gridDim.x) {", "        double s;"] +
+            sweep("s += (double){v};") + ["        const double mean = s / cnt;"] +
+            sweep("const double d = (double){v} - mean; s += d * d;") +
+            ["        if (threadIdx.x == 0) { out[c] = (float)mean; out[R + c] = (float)(s / cnt); }", "    }", "}"])
+
+
+def cuda_source(cols: list[ColOp]) -> str:
+    """The CUDA of the column kernels (after the CUDA prelude: kf_exp, kf_log)."""
+    if not cols:
+        return ""
+    parts = ["__device__ __forceinline__ bool kf_isinf(float v) { return isinf(v); }"]
+    for col in cols:
+        parts.append("\n".join(_cuda_bnstats(col) if col.kind == "bnstats" else _cuda_column(col)))
+    return "\n".join(parts) + "\n"
