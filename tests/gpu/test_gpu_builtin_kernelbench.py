@@ -1,6 +1,7 @@
 """GPU half of `tests/test_builtin_kernelbench.py`: the built-in candidates for the families added for KernelBench's
-reach (reductions over any dims, argmax/argmin with int64 outputs, pow with any exponent) judged by the real
-evaluator on CUDA and Triton, plain and with every move. Skipped without an NVIDIA GPU; `scripts/gpu_check.sh
+reach (reductions over any dims and softmax over a leading dim as column kernels, argmax/argmin with int64 outputs,
+scans, training-mode BatchNorm, pow with any exponent) judged by the real evaluator on CUDA and Triton, plain and
+with every move; and BatchNorm's running statistics after several calls, and long row scans (a warp a row). Skipped without an NVIDIA GPU; `scripts/gpu_check.sh
 tests` runs them."""
 
 from __future__ import annotations
@@ -37,3 +38,34 @@ def test_kernelbench_family_correct_on_gpu(target, case, optimized):
     assert "kept in PyTorch" not in res.notes, res.notes
     v = evaluate(load_problem(text=CASES[case], name=case), res.program, target, EvalOptions(timing=False))
     assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"
+
+
+@pytest.mark.parametrize("target", ["cuda", "triton"])
+def test_batch_norm_running_stats_and_long_scans_on_gpu(target):
+    """Training-mode BatchNorm's running statistics match PyTorch's after three calls; cumsum / cumprod / reversed
+    cumsum along rows of 5000 (many warp steps with a carry) and along a leading dim match too."""
+    from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
+    from kforge_core.platform import get_platform
+    from kforge_core.synth.schedule import Schedule
+    from tests.kernelbench_cases import problem
+
+    if target == "triton":
+        pytest.importorskip("triton")
+    scans = problem(forward="return (torch.cumsum(x, 1), torch.cumprod(1.0 + x * 1e-3, 1), "
+                            "torch.cumsum(x.flip(1), 1).flip(1), torch.cumsum(x, 0))",
+                    inputs="[torch.randn(64, 5000)]")
+    for case in (CASES["batch_norm_train"], scans):
+        res = BuiltinGenerationAgent().synthesize(case, get_platform(target).spec(), Schedule(), "gpu_case")
+        assert res.program, res.error
+        ref_ns: dict = {}
+        exec(compile(case, "problem", "exec"), ref_ns)  # noqa: S102 - our own problem
+        cand_ns: dict = {}
+        exec(compile(res.program, "candidate", "exec"), cand_ns)  # noqa: S102 - our own synthesized program
+        ref, new = ref_ns["Model"]().cuda(), cand_ns["ModelNew"]().cuda()
+        new.load_state_dict(ref.state_dict())
+        for _ in range(3):
+            x = ref_ns["get_inputs"]()[0].cuda()
+            for a, b in zip(ref(x), new(x)):
+                torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-3)
+        for key, value in ref.state_dict().items():
+            torch.testing.assert_close(new.state_dict()[key], value, rtol=1e-5, atol=1e-5, msg=key)
