@@ -215,6 +215,8 @@ def test_scans_that_stay_in_pytorch_say_why(agent):
     reasons = " | ".join(low.kept_reasons.values())
     assert "cumsum with dtype=" in reasons and "int64" in reasons, reasons
     assert [it for it in low.items if getattr(it, "kind", "") == "scan" and not it.reverse], "the flips of two dims"
+    conservative = lower(agent.trace(CASES["scans"], "cpu"), conservative=True, columns=True)
+    assert not [it for it in conservative.items if getattr(it, "role", "") == "colk"], "the fallback keeps scans"
     judge(src, res.program, "scans_kept")
 
 

@@ -63,13 +63,14 @@ def bn_module_canon(mod: dict, target: str, args: list, param_ref, modules: dict
 
 
 class ColumnLowering:
-    """Mixed into `Lowerer`: uses its `values`, `items`, `counted`, `labels`, `names`, `syn`, `columns`."""
+    """Mixed into `Lowerer`: uses its `values`, `items`, `counted`, `labels`, `names`, `syn`, `_tmp`, `columns`,
+    `conservative`, `canon`, `nodes`, `users` and `dropped`."""
 
     def _column_block(self, shape: tuple, dims: list[int]) -> bool:
         """Whether a column kernel takes these reduced dims: one block of consecutive dims, not the last ones
         (those the row kernels reduce in place), on a writer with column kernels."""
         nd = len(shape)
-        return bool(getattr(self, "columns", False) and dims and dims == list(range(dims[0], dims[-1] + 1))
+        return bool(self.columns and dims and dims == list(range(dims[0], dims[-1] + 1))
                     and dims[-1] != nd - 1)
 
     def _col(self, name: str, kind: str, x: tuple, lo: int, hi: int, origin: str, label: str, op: str = "",
@@ -133,8 +134,10 @@ class ColumnLowering:
     def _scan(self, n: dict, cname: str, b: dict, reverse: bool = False, name: str | None = None) -> None:
         """cumsum / cumprod along one dim: a row scan along the last dim, a column scan along another."""
         name = name or n["name"]
-        if not getattr(self, "columns", False):
+        if not self.columns:
             raise Unsupported(f"{cname}: this target's writer has no scan kernels")
+        if self.conservative:
+            raise Unsupported("scans kept in PyTorch in the conservative variant")
         if b.get("dtype") is not None:
             raise Unsupported(f"{cname} with dtype=")
         x = self.tensor_operand(b.get("input"), f"the {cname} input")
@@ -160,7 +163,7 @@ class ColumnLowering:
     def _batch_norm_train(self, name: str, b: dict, x: tuple, xv: Value) -> None:
         """BatchNorm with batch statistics: a `bnstats` column kernel, then (x - mean) * rsqrt(var + eps) * w + b
         per channel in one elementwise kernel (what follows fuses into it)."""
-        if not getattr(self, "columns", False):
+        if not self.columns:
             raise Unsupported("batch_norm in training mode: this target's writer has no column kernels")
         S = tuple(xv.shape)
         if len(S) < 2 or prod(S) == 0:
