@@ -103,8 +103,8 @@ class BuildService:
         remaining = self._deadline - time.monotonic()
         if remaining <= 1:
             raise CompileError("no time left in the evaluation for this build")
-        outcome = run_child({"mode": "build", "platform": platform, "args": args, "device_kind": self._device_kind}, {}, timeout_s=remaining,
-                            collect=collect, **self._opts)
+        outcome = run_child({"mode": "build", "platform": platform, "args": args, "device_kind": self._device_kind},
+                            {}, timeout_s=remaining, collect=collect, **self._opts)
         return self._checked(outcome, published)
 
     @staticmethod

@@ -192,10 +192,15 @@ def retire(server: ForkServer) -> None:
         server.close()
 
 
+# HOME names the evaluation's own directory; the switches are read by the caller only (the pool on or off uses
+# the same server)
+_NOT_KEYS = ("HOME", "KFORGE_EVAL_POOL", "KFORGE_EVAL_SPAWN")
+
+
 def get(env: dict[str, str], device: str = "cpu") -> ForkServer:
     """The fork server for this child environment (HOME aside) and device kind ("cpu", or "cuda": CUDA and Triton
     targets), started if needed."""
-    key = json.dumps([device, {k: v for k, v in sorted(env.items()) if k != "HOME"}])
+    key = json.dumps([device, {k: v for k, v in sorted(env.items()) if k not in _NOT_KEYS}])
     with _lock:
         server = _servers.get(key)
         if server is None or server.dead:

@@ -222,6 +222,18 @@ def start(server, slot: Slot | None, request: dict, fds: tuple[int, ...], workdi
     return server.fork(workdir, request, memory_limit_mb, limit_address_space, fds, plan, group and group.procs)
 
 
+def settle(timeout_s: float = 60.0) -> bool:
+    """Wait until no pool is starting a child (for callers that count their own descriptors and threads)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while any(+pool._pending for pool in list(_pools)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @atexit.register
 def _close_all() -> None:  # waiting children die with the fork server; their directories are removed here
     for pool in list(_pools):
