@@ -117,6 +117,10 @@ pool() {  # GPU children through the fork server and the warm pool: tests, then 
   echo "== fork server + pre-started children, GPU"
   "$PY" -m pytest -q -rA -s --timeout=420 -p no:cacheprovider tests/gpu/test_gpu_pool.py 2>&1 | tee -a "$OUT/gpu_check.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  for target in cuda triton; do  # one child's start alone: spawned / forked on demand / pre-started
+    "$PY" bench/child_startup.py --target "$target" --runs 8 2>&1 | tee "$OUT/child_startup_$target.log"
+    rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  done
   "$PY" bench/time_to_verdict_gpu.py --out "$OUT" --cases a2s,a2f,a2,d2s,d2f,d2 "$@" 2>&1 | tee "$OUT/bench_pool.log"
   rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
