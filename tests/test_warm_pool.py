@@ -6,7 +6,7 @@ off; a fork server whose process touched the CUDA driver refuses to fork."""
 from __future__ import annotations
 
 import json
-import os
+import threading
 import time
 from pathlib import Path
 
@@ -53,8 +53,6 @@ def test_fork_server_refuses_a_fork_when_the_device_was_touched(monkeypatch):
     from kforge_core.errors import SandboxError
 
     server = forkserver.ForkServer.__new__(forkserver.ForkServer)  # the bookkeeping only, no process
-    import threading
-
     server._cond, server._write_lock = threading.Condition(), threading.Lock()
     server._pids, server._exits, server._refused, server._discarded = {}, {}, {}, set()
     server.dead = server.retired = False

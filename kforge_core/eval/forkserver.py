@@ -138,8 +138,9 @@ class ForkServer:
     def forget(self, pid: int) -> None:
         """A discarded pre-started child: its exit report is of no interest."""
         with self._cond:
+            if pid not in self._exits:  # its report is still to come (a pid remembered past it could be reused)
+                self._discarded.add(pid)
             self._exits.pop(pid, None)
-            self._discarded.add(pid)
 
     def returncode(self, pid: int) -> int | None:
         """The child's exit code once it has exited (negative: killed by that signal); None while it runs."""

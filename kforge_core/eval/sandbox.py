@@ -432,6 +432,8 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
                             isolation="namespaces" if isolated else f"none: {why_not}",
                             cancelled=supervision.cancelled)
     finally:
+        if slot is not None:
+            slot.stop()  # if it was never handed its request (an error before): ended here
         if channel is not None:
             channel.close()
         if group is not None:

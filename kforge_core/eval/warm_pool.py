@@ -72,6 +72,7 @@ class Slot:
     def __init__(self, pid: int, workdir: Path, plan: dict | None, group, control: socket.socket, server):
         self.pid, self.workdir, self.plan, self.group = pid, workdir, plan, group
         self._control, self._server = control, server
+        self.handed = self._stopped = False
 
     def hand_off(self, request: dict, fds: tuple[int, ...]) -> None:
         """Give the child its one request and the evaluation's descriptors; returns once it holds them. Raises
@@ -90,13 +91,18 @@ class Slot:
             raise SandboxError(f"the pre-started evaluation child did not take its request: {e}") from e
         finally:
             self._control.close()
+        self.handed = True
         STATS["handed_off"] += 1
         HANDED_OFF.append(self.pid)
 
     def stop(self) -> None:
-        """End the child (it ran nothing of a candidate's; its exit is of no interest), keep its directory."""
+        """End a child that was not handed its request (it ran nothing of a candidate's; its exit is of no interest),
+        keep its directory. Idempotent; nothing once the child is an evaluation's (the caller ends that one)."""
         from .sandbox import _kill_group
 
+        if self.handed or self._stopped:
+            return
+        self._stopped = True
         try:
             self._control.close()
         except OSError:
