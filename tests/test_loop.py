@@ -19,8 +19,8 @@ from kforge_core.loop.events import RunFinished
 from kforge_core.platform import get_platform
 from kforge_core.store import open_store
 from kforge_core.eval.verdict import Timing, Verdict
-from tests.fakes.openai_server import (FakeOpenAIServer, empty_choices, image_rejected, rate_limited, server_error,
-                                       slow, stall, truncated)
+from tests.fakes.openai_replies import empty_choices, image_rejected, rate_limited, server_error, slow, stall, truncated
+from tests.fakes.openai_server import FakeOpenAIServer
 
 FIXTURES = Path(__file__).parent / "fixtures_loop"
 PROBLEM = (FIXTURES / "problem_relu.py").read_text()
@@ -745,7 +745,7 @@ def test_invalid_configs_are_usage_errors(server, bad, message):
 
 def test_a_model_the_endpoint_does_not_serve_stops_the_run_naming_the_served_ones(db, server):
     """The app creates runs without the CLI's check: the 404 names the served models, once, and ends the run."""
-    from tests.fakes.openai_server import error
+    from tests.fakes.openai_replies import error
 
     server.enqueue_for("gen-model", error(404, "The model `gen-model` does not exist", code="model_not_found"))
     server.models = ["other-model", "ana-model"]
