@@ -246,6 +246,16 @@ def test_batch_norm_in_training_mode(agent):
             torch.testing.assert_close(new.state_dict()[key], value, rtol=1e-5, atol=1e-6, msg=key)
 
 
+def test_batch_norm_module_in_eval_mode_uses_running_stats(agent):
+    """A BatchNorm module in eval mode: its running statistics, one elementwise kernel (no column kernel)."""
+    src = problem(forward="return torch.relu(self.bn(x))", inputs="[torch.randn(4, 6, 5, 5)]",
+                  ctor="self.bn = nn.BatchNorm2d(6); self.bn.running_mean.fill_(0.5); self.bn.running_var.fill_(2.0); "
+                       "self.eval()")
+    res = synthesized(agent, src, name="bn_eval")
+    assert "kf_col_view(" not in res.program.split("def forward")[1]
+    judge(src, res.program, "bn_eval")
+
+
 def test_batch_norm_without_column_kernels_stays_in_pytorch(agent):
     """Lowered for a writer without column kernels (Metal), training-mode BatchNorm is kept, saying why."""
     from kforge_core.synth.lower.graph import lower
