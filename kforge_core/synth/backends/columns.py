@@ -237,10 +237,29 @@ def _cpu_bnstats(col: ColOp, sched: Schedule) -> list[str]:
                 f"                for (int64_t j = 0; j < I; ++j) {{ {term.format(v='xr[j * sI]')} }}",
                 "            }", "        }"]
 
+    simd = "#pragma omp simd" if sched.vectorize else ""
+    # one value per (sample, channel) (BatchNorm1d): a task a chunk of channels walking the samples, the lanes on
+    # consecutive channels (a task a channel would read one float of every cache line it touches)
+    flat = ["    if (I == 1) {"] + ["    " + line for line in par] + [
+        "        for (int64_t c0 = 0; c0 < R; c0 += 64) {",
+        "            const int64_t m = std::min((int64_t)64, R - c0);",
+        "            double s_[64], q_[64];",
+        "            for (int64_t j = 0; j < m; ++j) { s_[j] = 0.0; q_[j] = 0.0; }",
+        "            for (int64_t n = 0; n < O; ++n) {",
+        "                const float* xr = x + n * sO + c0 * sR;", f"                {simd}",
+        "                for (int64_t j = 0; j < m; ++j) s_[j] += (double)xr[j * sR];", "            }",
+        "            for (int64_t j = 0; j < m; ++j) s_[j] /= cnt;",
+        "            for (int64_t n = 0; n < O; ++n) {",
+        "                const float* xr = x + n * sO + c0 * sR;", f"                {simd}",
+        "                for (int64_t j = 0; j < m; ++j) { const double d = (double)xr[j * sR] - s_[j]; "
+        "q_[j] += d * d; }", "            }",
+        "            for (int64_t j = 0; j < m; ++j) { out[c0 + j] = (float)s_[j]; out[R + c0 + j] = "
+        "(float)(q_[j] / cnt); }",
+        "        }", "        return;", "    }"]
     return ([f"// {col.label}: per-channel batch statistics (mean, biased variance) of x viewed as (N, C, S)",
              f'extern "C" void {col.kname}(const float* x, float* out, int64_t O, int64_t R, int64_t I, '
              "int64_t sO, int64_t sR, int64_t sI) {",
-             "    const double cnt = (double)O * (double)I;"] + par +
+             "    const double cnt = (double)O * (double)I;"] + flat + par +
             ["    for (int64_t c = 0; c < R; ++c) {", "        double s;"] + sweep("s += (double){v};") +
             ["        const double mean = s / cnt;"] +
             sweep("const double d = (double){v} - mean; s += d * d;") +
