@@ -128,6 +128,7 @@ class GpuPlatform(Platform):
     strict_fp32_controls = True
     allows_inline_asm = True  # inline PTX in kernels
     tiny_problem_ms = 0.05
+    fork_server_safe = True  # a "cuda" fork server: torch and Triton imported, the driver never initialised
 
     _sync = None
     _event_done = None
@@ -137,6 +138,20 @@ class GpuPlatform(Platform):
         if self._event_done is None:  # outside an evaluation child, or no usable GPU
             return Timer(self.synchronize)
         return CompletionCheckedTimer(self._sync, self._event_done)
+
+    def device_count(self) -> int:
+        """The GPUs this process may use (CUDA_VISIBLE_DEVICES honoured), counted through NVML where it answers, so
+        counting never creates a CUDA context in the caller's process (a bench on 2 GPUs ran one worker: the base
+        class's 1)."""
+        import torch
+
+        try:
+            n = torch.cuda._device_count_nvml()
+        except Exception:  # noqa: BLE001 - NVML missing or refusing: the runtime's count instead
+            n = -1
+        if n < 0:
+            n = torch.cuda.device_count()
+        return max(1, n)
 
     def device_name(self) -> str:
         if cuda_problem():
@@ -166,6 +181,15 @@ class GpuPlatform(Platform):
             self._sync = driver_synchronize()
             self._event_done = torch._C._CudaEventBase.query  # bound now: the completion check below
             self._sync()
+
+    def warm_child(self) -> None:
+        """The CUDA context, created after the fork (the fork server never initialises CUDA)."""
+        if not cuda_problem():
+            import torch
+
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+            torch.cuda.synchronize()
 
     def synchronize(self) -> None:
         if self._sync is None:  # outside an evaluation child (tests, tools)
