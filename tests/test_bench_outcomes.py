@@ -368,3 +368,25 @@ def test_the_last_verdict_is_the_last_judged_iteration_not_a_refusal_after_it(tm
         store.finish_run(run_id, "failed", error="the candidate failed; it has no other variant")
         rec = run_record(store, run_id, SuiteProblem("level2/1_Conv", 2, tmp_path / "1_Conv.py"), time.monotonic())
     assert (rec["last_status"], rec["reason"], rec["status"]) == ("runtime_error", crash, "failed")
+
+
+def test_a_records_times_agree_with_its_speedups(tmp_path):
+    """The best re-timed head to head (2.62 ms, 0.09x vs eager) while its own iteration's verdict timed eager at
+    2.81 ms in another evaluation: the record's eager time is the one its speedup came from."""
+    import time
+
+    from kforge_core.bench.problem_run import run_record
+    from kforge_core.store import open_store
+
+    with open_store(tmp_path / "runs.db") as store:
+        run_id = store.create_run("pool", RELU, "cpu", agent="builtin")
+        store.start_run(run_id)
+        store.start_iteration(run_id, 0, "functional")
+        store.finish_iteration(run_id, 0, "correct", candidate_ms=2.5, speedup_vs_eager=1.1,
+                               verdict={"status": "correct", "target": "cpu", "candidate_ms": 2.5, "eager_ms": 2.81,
+                                        "compiled_ms": 2.97})
+        store.set_best(run_id, 0, speedup_vs_eager=0.1, speedup_vs_compiled=2.0, candidate_ms=2.6)
+        store.finish_run(run_id, "succeeded")
+        rec = run_record(store, run_id, SuiteProblem("level1/41_Max", 1, tmp_path / "41_Max.py"), time.monotonic())
+    assert rec["candidate_ms"] == 2.6 and rec["speedup_vs_eager"] == 0.1
+    assert rec["eager_ms"] == pytest.approx(0.26) and rec["compiled_ms"] == pytest.approx(5.2)

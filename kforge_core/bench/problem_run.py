@@ -87,6 +87,21 @@ def _last_judged(iterations: list[dict]) -> dict | None:
     return (judged or finished or [None])[-1]
 
 
+def _best_times(run: dict, verdict: dict) -> dict:
+    """The best's time and the baselines' times *from the evaluation its speedups came from*. The best's time and
+    speedups may come from the end-of-run head-to-head while the best iteration's own verdict carries the eager and
+    torch.compile times of another evaluation; on a noisy box the mix read "2.62 ms vs eager 2.81 ms: 0.09x". The
+    speedups are ratios within one evaluation, so that evaluation's baseline times are the best's time times them."""
+    cand = run.get("best_candidate_ms") or verdict.get("candidate_ms")
+    times = {"candidate_ms": cand, "eager_ms": verdict.get("eager_ms") or run.get("eager_ms"),
+             "compiled_ms": verdict.get("compiled_ms") or run.get("compiled_ms")}
+    for key, speedup in (("eager_ms", run.get("best_speedup_vs_eager")),
+                         ("compiled_ms", run.get("best_speedup_vs_compiled"))):
+        if cand and speedup:
+            times[key] = cand * speedup
+    return times
+
+
 def run_record(store, run_id: str, problem: SuiteProblem, start: float, **where) -> dict:
     """A finished run as one bench record; `where`: node, device (and attempts) it ran on."""
     run = store.get_run(run_id)
@@ -100,9 +115,7 @@ def run_record(store, run_id: str, problem: SuiteProblem, start: float, **where)
     return {**problem_base(problem), "status": run["status"], "correct": best is not None, "run_id": run["id"],
             "last_status": (last or {}).get("status"), "reason": reason,
             "coverage": _coverage(store, run_id, run.get("best_iteration")),
-            "candidate_ms": run.get("best_candidate_ms") or verdict.get("candidate_ms"),
-            "eager_ms": verdict.get("eager_ms") or run.get("eager_ms"),
-            "compiled_ms": verdict.get("compiled_ms") or run.get("compiled_ms"),
+            **_best_times(run, verdict),
             "speedup_vs_eager": run.get("best_speedup_vs_eager"),
             "speedup_vs_compiled": run.get("best_speedup_vs_compiled"),
             **slower_than_fields(run.get("best_speedup_vs_eager"), run.get("best_speedup_vs_compiled")),
