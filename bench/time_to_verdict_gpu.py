@@ -193,7 +193,7 @@ def _pool_state() -> str:
 
     servers = [f"{s.device}{' (retired)' if s.retired else ''}{' (dead)' if s.dead else ''}"
                for s in forkserver._servers.values()]
-    return f"servers {servers or 'none'}; pool {dict(warm_pool.STATS)}"
+    return f"servers {servers or 'none'}; not used: {forkserver.failures() or 'none'}; pool {dict(warm_pool.STATS)}"
 
 
 def main() -> int:

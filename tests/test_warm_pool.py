@@ -180,3 +180,29 @@ def test_a_runaway_retires_the_pool_with_its_server(caller, monkeypatch):
     server.proc.wait(timeout=60)  # its last child gone (the replacements discarded), the zygote exits
     assert not any(_alive(pid) for pid in before)
     assert _server() is not server
+
+
+def test_a_server_that_would_not_start_is_not_retried_for_a_while(monkeypatch):
+    """A kind of fork server that failed to start is skipped (spawning at once) until RETRY_AFTER_S has passed, and
+    says why: on an H200 a CUDA server that would not start cost every evaluation a failed start."""
+    from kforge_core.errors import SandboxError
+
+    starts = []
+
+    def failing(env, device):
+        starts.append(device)
+        raise SandboxError("the evaluation fork server did not start: refuses to start")
+
+    monkeypatch.setattr(forkserver, "_failed", {})
+    monkeypatch.setattr(forkserver, "ForkServer", failing)
+    env = {"PATH": "/usr/bin", "KFORGE_TEST_KEY": "retry"}
+    for _ in range(3):
+        with pytest.raises(SandboxError):
+            forkserver.get(env, "cuda")
+    assert starts == ["cuda"]
+    assert "refuses to start" in forkserver.failures()["cuda"]
+    clock = time.monotonic() + forkserver.RETRY_AFTER_S + 1
+    monkeypatch.setattr(forkserver.time, "monotonic", lambda: clock)
+    with pytest.raises(SandboxError):
+        forkserver.get(env, "cuda")
+    assert starts == ["cuda", "cuda"]  # tried again once the pause is over

@@ -125,6 +125,8 @@ class ForkServer:
                 return self._pids.pop(key)
         except SandboxError as e:
             if "did not fork" in str(e) and not self.dead:
+                with _lock:
+                    _failed[getattr(self, "key", "")] = (time.monotonic(), str(e)[-500:])
                 retire(self)  # it refused (its device state) or hung: no later evaluation should try it
             if not warm:
                 self.wait(-1, 0)  # uncount it (closes a retired server left idle)
@@ -177,6 +179,16 @@ class ForkServer:
 
 _servers: dict[str, ForkServer] = {}
 _lock = threading.Lock()
+# key -> (when, why) of a server that would not start or refused to fork: later evaluations spawn at once instead of
+# paying a failed start each (on an H200 a CUDA server that would not start made every child 3 s slower than spawning)
+_failed: dict[str, tuple[float, str]] = {}
+RETRY_AFTER_S = 600.0
+
+
+def failures() -> dict[str, str]:
+    """Why a kind of fork server is not used now ({device kind: reason}), for benchmarks and diagnostics."""
+    with _lock:
+        return {json.loads(key)[0]: why for key, (_, why) in _failed.items()}
 
 
 def retire(server: ForkServer) -> None:
@@ -203,11 +215,20 @@ def get(env: dict[str, str], device: str = "cpu") -> ForkServer:
     targets), started if needed."""
     key = json.dumps([device, {k: v for k, v in sorted(env.items()) if k not in _NOT_KEYS}])
     with _lock:
+        failed = _failed.get(key)
+        if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_S:
+            raise SandboxError(f"the {device} fork server is not used for now: {failed[1]}")
         server = _servers.get(key)
         if server is None or server.dead:
             if server is not None:
                 server.close()
-            server = _servers[key] = ForkServer(env, device)
+            try:
+                server = _servers[key] = ForkServer(env, device)
+            except SandboxError as e:
+                _failed[key] = (time.monotonic(), str(e)[-500:])
+                raise
+            server.key = key
+            _failed.pop(key, None)
         return server
 
 

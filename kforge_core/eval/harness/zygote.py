@@ -187,6 +187,8 @@ def main(argv: list[str]) -> None:
 
     scrub_sys_path()  # its own directory too: sys.path is inherited by every child it forks (see child.serve)
     gpu = argv[1:2] == ["cuda"] if argv[:1] == ["--device"] else False
+    if gpu:  # torch.cuda.is_available() during the imports asks NVML, not cudaGetDeviceCount (which is cuInit)
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     for name in _PRELOAD + (_PRELOAD_GPU if gpu else ()):
         try:
             __import__(name)
