@@ -133,7 +133,9 @@ def _body(run_id: str, was_live: bool) -> None:
                 render(event, RenderContext(state=state, kernel_language=ctx.kernel_language, compact=True,
                                             builtin=builtin))
     if selected is not None:
-        iteration_detail(run, state, selected, ctx)
+        # A fragment of its own: a tab click reruns only the iteration's detail, not the header, totals, timeline,
+        # chart and activity log around it (bench/ui_latency.py --kind tab).
+        st.fragment(iteration_detail)(run, state, selected, ctx)
     inputs(run)
 
     if was_live and not live:
