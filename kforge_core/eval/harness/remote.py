@@ -46,6 +46,7 @@ class RemoteCandidate:
     def __init__(self, peer_fd: int, device: torch.device):
         self.sock = socket.socket(fileno=peer_fd)
         self.device = device
+        shared.prepare_pinning(device)
         self.arena: shared.Arena | None = None
         self.out_reserve = 1 << 16
         self.next_rng_seed: int | None = None  # see seed_for_call
@@ -150,6 +151,7 @@ class RemoteCandidate:
             if self.arena is not None:
                 self.arena.close()
             self.arena = shared.Arena.create(need + need // 4)  # every seed has the same sizes: rarely regrown
+            self.arena.pin(self.device)
             fds = [self.arena.fd]
         layout, end = shared.write(self.arena, list(inputs), 0)
         return layout, shared._align(end), fds
