@@ -208,6 +208,22 @@ def test_malformed_layouts_are_refused(layout):
         shared.read(arena, layout)
 
 
+def test_arena_pins_only_large_cuda_mappings(monkeypatch):
+    """Page-locking is for the CUDA device and arenas worth it; elsewhere copies stay as they were, and a driver
+    that refuses leaves the arena usable."""
+    small, large = shared.Arena.create(1 << 16), shared.Arena.create(shared.PIN_MIN_BYTES)
+    assert not large.pin("cpu") and not small.pin("cuda")
+    calls = []
+    monkeypatch.setitem(shared._driver, "register", lambda ptr, size, flags: calls.append((size, flags)) or 201)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    assert not large.pin("cuda") and not large.pinned  # refused (CUDA_ERROR_INVALID_CONTEXT): pageable copies
+    assert calls == [(large.size, 1)]
+    large.view(0, 4, torch.uint8).copy_(torch.arange(4, dtype=torch.uint8))
+    assert large.view(0, 4, torch.uint8).tolist() == [0, 1, 2, 3]
+    small.close()
+    large.close()
+
+
 def test_arena_cannot_be_resized_by_the_other_side():
     """The judge maps the arena; were the candidate's process able to truncate it, reading would be a SIGBUS."""
     arena = shared.Arena.create(1 << 16)

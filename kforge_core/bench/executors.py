@@ -69,7 +69,7 @@ class LocalExecutor:
             deadline = _wall_deadline(should_start)
             ctx = mp.get_context("spawn")
             queue = ctx.Queue()
-            for d in range(self.devices):
+            for d in visible_devices(self.devices):
                 queue.put(d)
             with ctx.Pool(self.devices, initializer=_init_worker, initargs=(queue,)) as pool:
                 for rec in pool.imap_unordered(_solve_star, [(p, cfg, deadline) for p in problems]):
@@ -82,8 +82,15 @@ class LocalExecutor:
                 on_record(solve_here(p, cfg))
 
 
+def visible_devices(n: int) -> list[str]:
+    """The names of this process's first n devices as CUDA_VISIBLE_DEVICES spells them: a bench started with
+    CUDA_VISIBLE_DEVICES=2,3 pins its workers to 2 and 3, not to 0 and 1."""
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:n] if len(listed) >= n else [str(d) for d in range(n)]
+
+
 def _init_worker(devices: "mp.Queue") -> None:
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
+    os.environ["CUDA_VISIBLE_DEVICES"] = devices.get()
 
 
 def _wall_deadline(should_start: ShouldStart | None) -> float | None:

@@ -138,6 +138,20 @@ class GpuPlatform(Platform):
             return Timer(self.synchronize)
         return CompletionCheckedTimer(self._sync, self._event_done)
 
+    def device_count(self) -> int:
+        """The GPUs this process may use (CUDA_VISIBLE_DEVICES honoured), counted through NVML where it answers, so
+        counting never creates a CUDA context in the caller's process (a bench on 2 GPUs ran one worker: the base
+        class's 1)."""
+        import torch
+
+        try:
+            n = torch.cuda._device_count_nvml()
+        except Exception:  # noqa: BLE001 - NVML missing or refusing: the runtime's count instead
+            n = -1
+        if n < 0:
+            n = torch.cuda.device_count()
+        return max(1, n)
+
     def device_name(self) -> str:
         if cuda_problem():
             return "cuda (unavailable)"

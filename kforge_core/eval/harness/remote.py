@@ -54,6 +54,7 @@ class RemoteCandidate:
         self.last_cpu_ns: int | None = None  # the last request's CPU time in the candidate's process
         self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.device = device
+        shared.prepare_pinning(device)
         self.arena: shared.Arena | None = None
         self.out_reserve = 1 << 16
         self.next_rng_seed: int | None = None  # see seed_for_call
@@ -173,6 +174,7 @@ class RemoteCandidate:
             if self.arena is not None:
                 self.arena.close()
             self.arena = shared.Arena.create(need + need // 4)  # every seed has the same sizes: rarely regrown
+            self.arena.pin(self.device)
             fds = [self.arena.fd]
         layout, end = shared.write(self.arena, list(inputs), 0)
         return layout, shared._align(end), fds

@@ -40,6 +40,10 @@ class TimingOptions:
     # after min_trials, stop as soon as every model's median is known to within this fraction (a 95 % confidence
     # interval from order statistics): a steady machine stops early, a noisy one keeps timing up to the budget
     settle: float = 0.03
+    # a call slower than this (KernelBench-sized tensors crossing to the candidate's process and back: seconds a
+    # call) needs fewer warm-ups and trials: its median settles at once, and ten of them took a minute of device time
+    heavy_call_s: float = 1.0
+    heavy_min_trials: int = 5
     rotating_sets: int = 4  # unused: every trial now gets freshly generated inputs (kept for old option dicts)
     rotating_bytes_max: int = 1 << 30  # unused, as above
 
@@ -86,10 +90,14 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
             return model(*inputs)
 
     # Warm-up: a varying number of calls so a candidate cannot count its way into "timed" behaviour.
+    heavy = False
     for name, model in models.items():
-        for i in range(rng.randint(3, 7)):
+        count, i = rng.randint(3, 7), 0
+        while i < count:
+            started = time.monotonic()
             if isinstance(model, RemoteModel):
                 model.request({"op": "warm", "seed": seed_base + i})
+                i += 1
                 continue
             inputs = make_inputs(seed_base + i)
             pristine = fingerprint(inputs) if verify else None
@@ -100,12 +108,16 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
             if verify:
                 verify(f"warm-up call {i + 1} of {name}", inputs, pristine, {name: out}, {name: launches.total()})
             del inputs, out
+            if i == 0 and time.monotonic() - started > opts.heavy_call_s:
+                heavy, count = True, min(count, rng.randint(2, 4))  # still a number the candidate cannot know
+            i += 1
+    min_trials = min(opts.min_trials, opts.heavy_min_trials) if heavy else opts.min_trials
 
     samples: dict[str, list[float]] = {name: [] for name, m in models.items() if not isinstance(m, RemoteModel)}
     deadline = time.monotonic() + opts.budget_s
     trial = 0
-    while trial < opts.max_trials and (trial < opts.min_trials or time.monotonic() < deadline):
-        if trial >= opts.min_trials and opts.settle and all(median_settled(v, opts.settle) for v in samples.values()):
+    while trial < opts.max_trials and (trial < min_trials or time.monotonic() < deadline):
+        if trial >= min_trials and opts.settle and all(median_settled(v, opts.settle) for v in samples.values()):
             break
         inputs = make_inputs(seed_base + 100 + trial)
         rng_seed = fresh_rng_seed()  # every model of the trial draws the same random numbers (Dropout...)

@@ -23,7 +23,7 @@ from ...platform import get_platform
 from . import context, guards, launches
 from .correctness import outputs_from_kernels
 from .run import ProblemFailure, _describe_exception, _guard_findings, _load_reference, _profile, load_candidate
-from .shared import Arena, ProtocolError, check_sealed, read, recv, send, write
+from .shared import Arena, ProtocolError, check_sealed, prepare_pinning, read, recv, send, write
 
 
 class _Worker:
@@ -41,6 +41,7 @@ class _Worker:
         context.request = dict(self.request)
         with guards.trusted():
             self.platform.prepare_child()
+            prepare_pinning(self.device)
         self.timer = self.platform.make_timer()  # binds the clock now, before any problem or candidate code exists
         self.state = guards.snapshot_state(registrations=False)
         guards.install()
@@ -86,6 +87,8 @@ class _Worker:
         try:
             size = check_sealed(fd)
             self.arena = Arena(fd, size)
+            with guards.trusted():
+                self.arena.pin(self.device)
         except (ProtocolError, OSError, ValueError):
             os.close(fd)
             raise

@@ -1,0 +1,54 @@
+"""The timing protocol's trial counts: a model whose calls take seconds (KernelBench-sized tensors crossing to the
+candidate's process) gets fewer warm-ups and trials, still a number it cannot know in advance; a quick one keeps
+the full protocol. Run in this process with the CPU platform (the protocol, not a child)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import torch
+
+from kforge_core.eval.harness.timing import TimingOptions, time_models
+from kforge_core.platform import Timer, get_platform
+
+
+class Counting(torch.nn.Module):
+    def __init__(self, sleep_s: float):
+        super().__init__()
+        self.sleep_s, self.calls = sleep_s, 0
+
+    def forward(self, x):
+        self.calls += 1
+        time.sleep(self.sleep_s)
+        return x * 2
+
+
+def _run(sleep_s: float, seed: int, **opts):
+    platform = get_platform("cpu")
+    model = Counting(sleep_s)
+    summary = time_models({"candidate": model}, lambda s: [torch.full((4,), float(s % 7))], platform,
+                          Timer(platform.synchronize), TimingOptions(budget_s=0.0, **opts), random.Random(seed))
+    return model.calls, summary["candidate"]["trials"]
+
+
+def test_quick_calls_keep_the_full_protocol():
+    for seed in range(5):
+        calls, trials = _run(0.0, seed)
+        assert trials == 10 and 3 + 10 <= calls <= 7 + 10
+
+
+def test_heavy_calls_get_fewer_warmups_and_trials():
+    counts = set()
+    for seed in range(12):
+        calls, trials = _run(0.02, seed, heavy_call_s=0.01)
+        assert trials == 5
+        warmups = calls - trials
+        assert 1 <= warmups <= 4  # the first call, then at most 2..4 in all
+        counts.add(warmups)
+    assert len(counts) > 1  # the warm-up count still varies from one evaluation to the next
+
+
+def test_heavy_floor_never_raises_a_lower_minimum():
+    calls, trials = _run(0.02, 0, heavy_call_s=0.01, min_trials=3)
+    assert trials == 3
