@@ -53,7 +53,7 @@ def _bench(suite: str, target: str, out: Path, cluster: str | None, best_of_k: i
     cfg = BenchConfig(suite=suite, target=target, out_dir=out, agent="builtin", db_path=str(out / "runs.db"),
                       max_functional_iters=1, max_optimization_iters=0,
                       size_class="cpu" if target == "cpu" else None, eval_baselines=False, cluster=cluster,
-                      best_of_k=best_of_k)
+                      best_of_k=best_of_k, devices=1)  # one device, as the Ray cluster here offers
     start = time.perf_counter()
     run_bench(cfg, progress=lambda s: None)
     return time.perf_counter() - start, json.loads((out / "results.json").read_text())["problems"]

@@ -1,11 +1,13 @@
 """Time to verdict: the full `evaluate` (all seeds, timing, eager + torch.compile baselines) for
 (a) a ctypes C++ candidate, (b) the same kernel as a cold `load_inline` build, (c) a cached `load_inline` rebuild,
 (a0) the ctypes candidate the way every evaluation ran before the run's torch.compile baseline was shared
-(`KFORGE_SHARED_BASELINE=0`: each child compiles its own baseline, inductor's caches warm), and (a1) the ctypes
-candidate judged in its own process as before the judge split (`KFORGE_JUDGE=0`, docs/EVALUATOR.md): before and
-after, side by side in one run, their runs interleaved so that the machine's load hits both alike.
+(`KFORGE_SHARED_BASELINE=0`: each child compiles its own baseline, inductor's caches warm), (a1) the ctypes
+candidate judged in its own process as before the judge split (`KFORGE_JUDGE=0`, docs/EVALUATOR.md), and (ap0) the
+ctypes candidate with its two children forked on demand instead of pre-started (`KFORGE_EVAL_POOL=0`, as before the
+warm pool, `kforge_core.eval.warm_pool`): before and after, side by side in one run, their runs interleaved so that
+the machine's load hits both alike.
 
-    python bench/time_to_verdict.py --target cpu [--runs 5] [--cli]
+    python bench/time_to_verdict.py --target cpu [--runs 5] [--cli] [--variants ap0,a]
 
 Each variant runs `--runs` times; the table prints median/min/max wall seconds and ratios measured side by side in
 this one run. By default the evaluations are made through the library (`kforge_core.eval.evaluator.evaluate`, as the loop
@@ -30,15 +32,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kforge_core.eval.evaluator import EvalOptions, evaluate
+from kforge_core.eval import warm_pool  # noqa: E402
+from kforge_core.eval.evaluator import EvalOptions, evaluate  # noqa: E402
 from kforge_core.platform import get_platform  # noqa: E402
 from kforge_core.problem import load_problem  # noqa: E402
 
 
+AFTER = {"KFORGE_SHARED_BASELINE": "1", "KFORGE_JUDGE": "1", "KFORGE_EVAL_POOL": "1"}  # today's defaults
+
+
 def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool,
-              shared: bool = True, judge: bool = True) -> tuple[float, dict]:
-    os.environ["KFORGE_SHARED_BASELINE"] = "1" if shared else "0"  # read at each evaluation (and by the CLI)
-    os.environ["KFORGE_JUDGE"] = "1" if judge else "0"
+              env: dict | None = None) -> tuple[float, dict]:
+    os.environ.update({**AFTER, **(env or {})})  # read at each evaluation (and by the CLI)
     start = time.perf_counter()
     if use_cli:
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
@@ -63,8 +68,9 @@ def main() -> int:
     ap.add_argument("--target", default="cpu")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cli", action="store_true", help="time CLI processes instead of library calls")
-    ap.add_argument("--variants", default="a0,a1,a,b,c",
-                    help="which variants to run (their letters), e.g. a1,a for the judge's cost alone")
+    ap.add_argument("--variants", default="a0,a1,ap0,a,b,c",
+                    help="which variants to run (their letters), e.g. a1,a for the judge's cost alone, ap0,a for "
+                         "the warm pool's")
     args = ap.parse_args()
     chosen = {v.strip() for v in args.variants.split(",") if v.strip()} | {"a"}  # (a) is every ratio's base
 
@@ -83,29 +89,36 @@ def main() -> int:
 
     print(f"device: {platform.device_name()}; warming caches (torch.compile, ceilings, one cached build)...",
           flush=True)
-    _evaluate(example.problem, ctypes_src, args.target, args.cli)
+    _evaluate(example.problem, ctypes_src, args.target, args.cli)  # ceilings measured: the children's plan settles
     if "c" in chosen:
         _evaluate(example.problem, cached_src, args.target, args.cli)
 
     variants = {
-        "(a0) ctypes, torch.compile in every child (before)": (lambda: ctypes_src, False, True),
+        "(a0) ctypes, torch.compile in every child (before)": (lambda: ctypes_src, {"KFORGE_SHARED_BASELINE": "0"}),
         "(a1) ctypes, judged in the candidate's own process (KFORGE_JUDGE=0, before the judge)":
-            (lambda: ctypes_src, True, False),
-        "(a) ctypes C++ candidate": (lambda: ctypes_src, True, True),
-        "(b) load_inline, cold build": (lambda: with_token(f"cold {uuid.uuid4().hex}"), True, True),
-        "(c) load_inline, cached build": (lambda: cached_src, True, True),
+            (lambda: ctypes_src, {"KFORGE_JUDGE": "0"}),
+        "(ap0) ctypes, children forked on demand (KFORGE_EVAL_POOL=0, before the warm pool)":
+            (lambda: ctypes_src, {"KFORGE_EVAL_POOL": "0"}),
+        "(a) ctypes C++ candidate": (lambda: ctypes_src, {}),
+        "(b) load_inline, cold build": (lambda: with_token(f"cold {uuid.uuid4().hex}"), {}),
+        "(c) load_inline, cached build": (lambda: cached_src, {}),
     }
     variants = {name: v for name, v in variants.items() if name[1:name.index(")")] in chosen}
+    for env in {json.dumps(env, sort_keys=True) for _, env in variants.values()}:  # each its fork server and pool
+        _evaluate(example.problem, ctypes_src, args.target, args.cli, json.loads(env))
     rows = {name: ([], [], set(), []) for name in variants}
     for _ in range(args.runs):  # round-robin: every variant sees the same stretch of machine load
-        for name, (make, shared, judge) in variants.items():
-            wall, result = _evaluate(example.problem, make(), args.target, args.cli, shared, judge)
+        for name, (make, env) in variants.items():
+            handed = warm_pool.STATS["handed_off"]
+            wall, result = _evaluate(example.problem, make(), args.target, args.cli, env)
+            result["pre_started"] = warm_pool.STATS["handed_off"] - handed  # children that were waiting
             walls, builds, statuses, timings = rows[name]
             walls.append(wall)
             builds.append(result.get("build_s") or 0.0)
             statuses.add(result["status"])
             timings.append(result)
-            print(f"    {name}: {wall:.2f} s ({result['status']})", flush=True)  # a cut-off run keeps its rows
+            print(f"    {name}: {wall:.2f} s ({result['status']}; {result['pre_started']} pre-started children)",
+                  flush=True)  # a cut-off run keeps its rows
     for name, (walls, _, statuses, _) in rows.items():
         print(f"  {name}: median {statistics.median(walls):.2f} s ({', '.join(sorted(statuses))})", flush=True)
 
@@ -122,7 +135,7 @@ def main() -> int:
         med = statistics.median(walls)
         print(f"| {name} | {med:.2f} | {min(walls):.2f} | {max(walls):.2f} | {statistics.median(builds):.3f} | "
               f"{med / base:.1f}x | {', '.join(sorted(statuses))} |")
-    cold, before, alone = median_of("(b)"), median_of("(a0)"), median_of("(a1)")
+    cold, before, alone, forked = median_of("(b)"), median_of("(a0)"), median_of("(a1)"), median_of("(ap0)")
     print()
     if cold is not None:
         print(f"(b)/(a) = {cold / base:.1f}x  (goal: (a) <= 2 s and >= 10x faster than (b))")
@@ -131,6 +144,9 @@ def main() -> int:
     if alone is not None:
         print(f"the judge's cost: (a) {base:.2f} s judged, (a1) {alone:.2f} s in one process, (a)/(a1) = "
               f"{base / alone:.2f}x")
+    if forked is not None:
+        print(f"the warm pool: (ap0) {forked:.2f} s forked on demand, (a) {base:.2f} s pre-started, "
+              f"(ap0)/(a) = {forked / base:.2f}x")
     print("\nThe timings inside those verdicts (median, min-max, trials; the last run of each variant):")
     for name, (_, _, _, results) in rows.items():
         r = results[-1]

@@ -11,6 +11,13 @@ checks, timing of candidate and eager reference), median of --runs, for
        run's warm baseline server (built once, in the warm-up)
   (af0) as (af), the way it was before: torch.compile built again in every evaluation child
        (`--cases af0,af` gives the before/after side by side)
+  (a2s), (d2s) as (a'), (d'), the two children spawned (`KFORGE_EVAL_SPAWN=1`: a fresh Python, torch import and
+       CUDA context each, as before GPU children came from the fork server)
+  (a2f), (d2f) as (a'), (d'), the two children forked on demand from the "cuda" fork server (`KFORGE_EVAL_POOL=0`:
+       no pre-started children)
+  (a'), (d') themselves take the pre-started, warmed pair (`kforge_core.eval.warm_pool`); `--cases
+       a2s,a2f,a2,d2s,d2f,d2` gives before (spawned), forked and pre-started side by side; their runs interleave
+       (round-robin), so the card's and the host's load hit every variant alike
 
     python bench/time_to_verdict_gpu.py [--runs 5] [--cases a,a2,b,c,d,d2,af] [--baselines] [--out DIR]
 
@@ -71,9 +78,19 @@ CASES = {  # key: (label, target, source maker, cold?, torch.compile baseline fo
     # before the judge split: the candidate judged in its own process (docs/EVALUATOR.md)
     "a20": ("(a'0) as (a'), judged in the candidate's process (before)", "cuda", _nvrtc, False, False),
     "d20": ("(d'0) as (d'), judged in the candidate's process (before)", "triton", _triton, False, False),
+    # before GPU children were forked: both spawned; then forked on demand, without the warm pool
+    "a2s": ("(a's) as (a'), children spawned (before)", "cuda", _nvrtc, False, False),
+    "a2f": ("(a'f) as (a'), children forked on demand (pool off)", "cuda", _nvrtc, False, False),
+    "d2s": ("(d's) as (d'), children spawned (before)", "triton", _triton, False, False),
+    "d2f": ("(d'f) as (d'), children forked on demand (pool off)", "triton", _triton, False, False),
 }
-PER_CHILD_BASELINE = {"af0"}  # KFORGE_SHARED_BASELINE=0 for these cases
-IN_PROCESS = {"a20", "d20"}  # KFORGE_JUDGE=0 for these cases
+AFTER = {"KFORGE_SHARED_BASELINE": "1", "KFORGE_JUDGE": "1", "KFORGE_EVAL_SPAWN": "0", "KFORGE_EVAL_POOL": "1"}
+CASE_ENV = {  # what differs from today's defaults (AFTER) for the "before" cases
+    "af0": {"KFORGE_SHARED_BASELINE": "0"},
+    "a20": {"KFORGE_JUDGE": "0"}, "d20": {"KFORGE_JUDGE": "0"},
+    "a2s": {"KFORGE_EVAL_SPAWN": "1"}, "d2s": {"KFORGE_EVAL_SPAWN": "1"},
+    "a2f": {"KFORGE_EVAL_POOL": "0"}, "d2f": {"KFORGE_EVAL_POOL": "0"},
+}
 
 
 _PROFILED_CHILD = r"""
@@ -142,16 +159,24 @@ def _report(rows: dict, device: str, opts, args, floor: float) -> str:
     lines = [f"Time to verdict on {device}: full evaluate() (5 seeds, timing of candidate and eager, torch.compile "
              f"baseline {'on' if opts.baselines else 'off unless noted'}), {args.runs} runs each, library calls; "
              f"bare child floor (python + import torch + CUDA context) {floor:.2f} s",
-             "", f"| variant | median s | min s | max s | candidate build s (median) | vs {base_key} | verdicts |",
-             "|---|---|---|---|---|---|---|"]
+             "", f"| variant | median s | min s | max s | candidate build s (median) | vs {base_key} | "
+                 f"pre-started children per run | verdicts |",
+             "|---|---|---|---|---|---|---|---|"]
     for key, row in rows.items():
         med = statistics.median(row["walls"])
         lines.append(f"| {row['label']} | {med:.2f} | {min(row['walls']):.2f} | {max(row['walls']):.2f} | "
                      f"{statistics.median(row['builds']):.3f} | {med / base:.2f}x | "
-                     f"{_counts(row['statuses'])} |")
+                     f"{statistics.median(row['pre_started']):g} | {_counts(row['statuses'])} |")
     if "a" in rows and "b" in rows:
         lines.append(f"\n(b)/(a) = {statistics.median(rows['b']['walls']) / base:.1f}x  (goal: (a) <= 1.5 s and "
                      f"(b)/(a) >= 10x)")
+    for slow, fast, what in (("a2s", "a2", "NVRTC"), ("a2f", "a2", "NVRTC"), ("d2s", "d2", "Triton"),
+                             ("d2f", "d2", "Triton")):
+        if slow in rows and fast in rows:
+            ratio = statistics.median(rows[slow]["walls"]) / statistics.median(rows[fast]["walls"])
+            lines.append(f"{what}: {rows[slow]['label'].split(' ', 1)[0]} / {rows[fast]['label'].split(' ', 1)[0]}"
+                         f" = {ratio:.2f}x")
+    lines.append(f"fork server and pool: {_pool_state()}")
     table = "\n".join(lines)
     if args.out:
         Path(args.out, "time_to_verdict_gpu.json").write_text(json.dumps(
@@ -161,10 +186,20 @@ def _report(rows: dict, device: str, opts, args, floor: float) -> str:
     return table
 
 
+def _pool_state() -> str:
+    """Which fork servers run (a "cuda" one that refused to start is absent: its children were spawned) and what
+    the pool did."""
+    from kforge_core.eval import forkserver, warm_pool
+
+    servers = [f"{s.device}{' (retired)' if s.retired else ''}{' (dead)' if s.dead else ''}"
+               for s in forkserver._servers.values()]
+    return f"servers {servers or 'none'}; not used: {forkserver.failures() or 'none'}; pool {dict(warm_pool.STATS)}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--cases", default="a,a2,a20,b,c,d,d2,d20")
+    ap.add_argument("--cases", default="a,a2s,a2f,a2,a20,b,c,d,d2s,d2f,d2,d20")
     ap.add_argument("--baselines", action="store_true", help="time the torch.compile baseline in every case")
     ap.add_argument("--out", default=os.environ.get("OUT"), help="directory for the JSON results")
     ap.add_argument("--breakdown", action="store_true", help="first profile one NVRTC evaluation child (cProfile)")
@@ -187,32 +222,41 @@ def main() -> int:
         v = evaluate(problems[target], source, target, EvalOptions(baselines=opts.baselines or baselines))
         return time.perf_counter() - t0, v.to_dict()
 
-    warmed = set()
+    from kforge_core.eval import warm_pool
+
+    def setenv(key: str) -> None:
+        os.environ.update({**AFTER, **CASE_ENV.get(key, {})})
+
     rows: dict[str, dict] = {}
-    for key in keys:
-        label, target, make, cold, baselines = CASES[key]
-        os.environ["KFORGE_SHARED_BASELINE"] = "0" if key in PER_CHILD_BASELINE else "1"
-        os.environ["KFORGE_JUDGE"] = "0" if key in IN_PROCESS else "1"
-        if (target, make, baselines) not in warmed:  # torch.compile cache, ceilings, the unchanged source's build
+    warmed = set()
+    for key in keys:  # warm-ups, not counted: torch.compile cache, ceilings, the unchanged source's build, and
+        label, target, make, cold, baselines = CASES[key]  # each variant's fork server and pool
+        setenv(key)
+        if (target, make, baselines, json.dumps(CASE_ENV.get(key))) not in warmed:
             wall, r = run(target, make(None), baselines)
-            warmed.add((target, make, baselines))
-            print(f"  warm-up {target}/{make.__name__}: {wall:.2f} s ({r['status']})", flush=True)
-        walls, builds, compiles, statuses, reasons, child_walls = [], [], [], [], [], []
-        for _ in range(args.runs):
+            warmed.add((target, make, baselines, json.dumps(CASE_ENV.get(key))))
+            print(f"  warm-up {key} {target}/{make.__name__}: {wall:.2f} s ({r['status']})", flush=True)
+        rows[key] = {"label": label, "walls": [], "builds": [], "torch_compile_s": [], "child_wall_s": [],
+                     "pre_started": [], "statuses": [], "reasons": []}
+    table = ""
+    for _ in range(args.runs):  # round-robin: every variant sees the same stretch of the machine's load
+        for key in keys:
+            label, target, make, cold, baselines = CASES[key]
+            setenv(key)
+            handed = warm_pool.STATS["handed_off"]
             wall, r = run(target, make(f"kforge bench {uuid.uuid4().hex}" if cold else None), baselines)
-            walls.append(wall)
-            builds.append(r.get("build_s") or 0.0)
-            child_walls.append(r.get("wall_s") or 0.0)
-            compiles.append(r.get("torch_compile_s") or 0.0)
-            statuses.append(r["status"])
+            row = rows[key]
+            row["walls"].append(wall)
+            row["builds"].append(r.get("build_s") or 0.0)
+            row["child_wall_s"].append(r.get("wall_s") or 0.0)
+            row["torch_compile_s"].append(r.get("torch_compile_s") or 0.0)
+            row["pre_started"].append(warm_pool.STATS["handed_off"] - handed)
+            row["statuses"].append(r["status"])
             if r["status"] != "correct":
-                reasons.append(r["reason"][:300])
-        rows[key] = {"label": label, "walls": walls, "builds": builds, "torch_compile_s": compiles,
-                     "child_wall_s": child_walls,
-                     "statuses": statuses, "reasons": reasons}
-        print(f"  {label}: median {statistics.median(walls):.2f} s, build {statistics.median(builds):.3f} s "
-              f"({', '.join(sorted(set(statuses)))})", flush=True)
-        table = _report(rows, device, opts, args, floor)  # written after every case: a cut-off run keeps its rows
+                row["reasons"].append(r["reason"][:300])
+            print(f"    {label}: {wall:.2f} s, build {row['builds'][-1]:.3f} s, "
+                  f"{row['pre_started'][-1]} pre-started ({r['status']})", flush=True)
+        table = _report(rows, device, opts, args, floor)  # written after every round: a cut-off run keeps its rows
     print("\n" + table)
 
     bad = [r for r in rows.values() if any(s != "correct" for s in r["statuses"])]

@@ -102,9 +102,10 @@ class Platform:
     strict_fp32_controls: bool = False
     allows_inline_asm: bool = False  # GPU kernels may use inline PTX; host inline assembly could make syscalls
     tiny_problem_ms: float = 0.02  # below this a reference mostly measures call overhead: warn
-    # Children may be forked from the evaluation fork server (torch preloaded). Only where no device runtime is
-    # involved: CUDA cannot be initialised in a forked child once the server has touched it, and macOS frameworks
-    # are not fork-safe. Everything else is spawned.
+    # Children may be forked from the evaluation fork server (torch preloaded): where the device runtime can be
+    # initialised in a forked child as long as the server never touched it (CPU; CUDA and Triton, whose fork server
+    # is checked never to have initialised the driver: harness.zygote.device_touched). Not on macOS (its frameworks
+    # are not fork-safe). Everything else is spawned.
     fork_server_safe: bool = False
 
     # --- discovery-time queries (run in the caller's process; must not run candidate code) ---
@@ -138,6 +139,10 @@ class Platform:
 
     def prepare_child(self) -> None:
         """Install build caching / launch tracking before the candidate is imported."""
+
+    def warm_child(self) -> None:
+        """In a pre-started evaluation child (`kforge_core.eval.warm_pool`), isolated, before it has a request: the
+        trusted start-up work every evaluation would do first (a device context), done while nobody waits."""
 
     def synchronize(self) -> None:
         """Wait for all work on the device, on every stream."""

@@ -189,5 +189,12 @@ class TritonPlatform(GpuPlatform):
         if not cuda_problem() and importlib.util.find_spec("triton") is not None:
             install_hooks()
 
+    def warm_child(self) -> None:
+        super().warm_child()
+        if not cuda_problem() and importlib.util.find_spec("triton") is not None:
+            import triton
+
+            triton.runtime.driver.active.get_current_device()  # its driver module: a C build (cached), ldconfig
+
 
 PLATFORM = TritonPlatform()

@@ -2,7 +2,7 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|judge|isolation|bench|fidelity|builtin|footprint] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   bash scripts/gpu_check.sh [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
 #   judge: the judge split on the GPU (docs/EVALUATOR.md): the examples judged out of process and in one process,
 #   hostile variants that must fail because the judge is out of reach, then time to verdict judged vs one process
 #   isolation: the OS isolation of evaluation children on the GPU (docs/EVALUATOR.md), required rather than best
@@ -113,6 +113,18 @@ judge() {  # the judge split: tests, then time to verdict (NVRTC and Triton, cac
   rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
+pool() {  # GPU children through the fork server and the warm pool: tests, then time to verdict before/after
+  echo "== fork server + pre-started children, GPU"
+  "$PY" -m pytest -q -rA -s --timeout=420 -p no:cacheprovider tests/gpu/test_gpu_pool.py 2>&1 | tee -a "$OUT/gpu_check.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  for target in cuda triton; do  # one child's start alone: spawned / forked on demand / pre-started
+    "$PY" bench/child_startup.py --target "$target" --runs 8 2>&1 | tee "$OUT/child_startup_$target.log"
+    rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  done
+  "$PY" bench/time_to_verdict_gpu.py --out "$OUT" --cases a2s,a2f,a2,d2s,d2f,d2 "$@" 2>&1 | tee "$OUT/bench_pool.log"
+  rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+}
+
 builtin() {  # the built-in synthesizer over the gallery on CUDA (resumable: rows accumulate in $OUT)
   echo "== built-in synthesizer, CUDA"
   "$PY" bench/builtin_gallery.py --target cuda --json "$OUT/builtin_cuda.json" --resume "$@" 2>&1 | tee "$OUT/builtin.log"
@@ -130,12 +142,13 @@ case "$MODE" in
   tests) probe; tests; inline_report ;;
   isolation) probe; isolation ;;
   judge) probe; judge "$@" ;;
+  pool) probe; pool "$@" ;;
   bench) bench "$@" ;;
   fidelity) fidelity "$@" ;;
   builtin) probe; builtin "$@" ;;
   footprint) probe; footprint "$@" ;;
   all) probe; tests; inline_report; isolation; bench "$@"; fidelity ;;
-  *) echo "usage: $0 [all|probe|tests|judge|isolation|bench|fidelity|builtin|footprint] [bench args]"; exit 2 ;;
+  *) echo "usage: $0 [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint] [bench args]"; exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1
 [ -f "$OUT/time_to_verdict_gpu.md" ] && cat "$OUT/time_to_verdict_gpu.md"

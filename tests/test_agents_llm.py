@@ -14,8 +14,8 @@ from kforge_core.errors import UsageError
 from kforge_core.llm import LLMClient, LLMServerError, LLMStreamError
 from kforge_core.loop.config import RunConfig
 from kforge_core.platform import TargetSpec
-from tests.fakes.openai_server import (FakeOpenAIServer, empty_choices, image_rejected, rate_limited, reply,
-                                       server_error, truncated)
+from tests.fakes.openai_replies import empty_choices, image_rejected, rate_limited, reply, server_error, truncated
+from tests.fakes.openai_server import FakeOpenAIServer
 
 FIXTURES = Path(__file__).parent / "fixtures_loop"
 PROGRAM = (FIXTURES / "correct_fast.py").read_text()
@@ -272,7 +272,7 @@ def test_lone_closing_think_tag_of_templates_that_open_it_in_the_prompt(server, 
 
 
 def test_reasoning_content_reaches_the_thinking_channel_and_the_result(server, client):
-    from tests.fakes.openai_server import thinking
+    from tests.fakes.openai_replies import thinking
 
     server.enqueue(thinking("First, tile the rows.", f"```python\n{PROGRAM}```"))
     sink = Sink()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli_env import cli_env, interrupt_after_first_record, start_bench
-from tests.fakes.openai_server import FakeOpenAIServer, slow
+from tests.fakes.openai_replies import slow
+from tests.fakes.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures_loop"

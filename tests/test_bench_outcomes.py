@@ -21,8 +21,9 @@ from kforge_core.bench.report import write_reports
 from kforge_core.bench.suite import SuiteProblem
 from kforge_core.loop.engine import Synthesis
 from tests.cli_env import cli_env
-from tests.fakes.openai_server import FakeOpenAIServer, slow
-from tests.test_loop import FIXTURES, ScriptedAgent, offline_config, scripted_evaluate
+from tests.fakes.openai_replies import slow
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.loop_fixtures import FIXTURES, ScriptedAgent, offline_config, scripted_evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 RELU = (FIXTURES / "problem_relu.py").read_text()

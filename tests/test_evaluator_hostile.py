@@ -490,15 +490,18 @@ def test_caller_survives_many_crashing_evaluations():
     import threading
 
     from candidates.evalkit import HONEST
+    from kforge_core.eval import warm_pool
 
     n = _crash_evals()
     c = REGISTRY["native_segfault"]
     run_case(c)  # warm: builds the kernel once (cached for the rest) and starts the fork server if there is one
+    warm_pool.settle()  # its pre-started children too (each holds one socket here while it waits)
     fds, threads = _open_fds(), threading.active_count()
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda _: run_case(c), range(n)))
     elapsed = time.monotonic() - start
+    warm_pool.settle()
     odd = [v for v in results if not (v.status == "runtime_error" and "SIGSEGV" in v.reason)]
     assert not odd, (f"{len(odd)} of {n}: {odd[0].status}: {odd[0].reason}\n{odd[0].log_tail[-2000:]}"
                      if odd else "")

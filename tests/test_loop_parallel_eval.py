@@ -12,7 +12,7 @@ import pytest
 from kforge_core.eval.evaluator import EvaluationCancelled
 from kforge_core.loop import Synthesis
 from kforge_core.loop.types import CANCELLED_ITERATION_STATUS
-from tests.test_loop import ScriptedAgent, kinds, offline_config, scripted_evaluate
+from tests.loop_fixtures import ScriptedAgent, kinds, offline_config, scripted_evaluate
 
 PROGRAMS = ["# wrong", "# ms=2.0", "# ms=1.5", "# ms=0.7", "# ms=1.2", "# wrong"]
 

@@ -12,7 +12,7 @@ from kforge_core.loop import IterationFinished, IterationStarted, PassStarted, c
 from kforge_core.loop.manual import execute_manual, launch_manual_job, read_program
 from kforge_core.store import InvalidTransition, InvalidValue, open_store
 from tests.browser.scripted import BROKEN, CORRECT, PROBLEM
-from tests.test_loop import offline_config, synthesize
+from tests.loop_fixtures import offline_config, synthesize
 
 FAST = dict(eval_baselines=False, eval_timing_options={"min_trials": 3, "budget_s": 0.2})
 

@@ -362,9 +362,9 @@ def test_native_source_in_candidate_literal_reports_candidate_line():
 def test_unresolvable_values_fall_back_to_module_names(monkeypatch):
     """Where a value cannot be resolved (its module not imported in this process), the names of the stdlib modules
     libraries hand out are refused instead."""
-    from kforge_core.eval import rules
+    from kforge_core.eval import python_check
 
-    monkeypatch.setattr(rules._Checker, "_resolve", staticmethod(lambda qualified: (rules._MISSING, 1)))
+    monkeypatch.setattr(python_check._Checker, "_resolve", staticmethod(lambda qualified: (python_check._MISSING, 1)))
     assert "resolved-values" in rules_of("import torch\nm = torch.sys.modules")
     assert "resolved-values" in rules_of("import numpy as np\nm = np.os.system")
     assert rules_of("import torch\nm = torch.nn.functional.relu") == set()

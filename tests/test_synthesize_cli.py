@@ -18,7 +18,8 @@ from kforge_core.cli.synthesize_cmd import NO_ENDPOINT_NOTE
 from kforge_core.loop import CANCELLED_ITERATION_STATUS
 from kforge_core.store import open_store
 from tests.cli_env import cli_env
-from tests.fakes.openai_server import FakeOpenAIServer, stall
+from tests.fakes.openai_replies import stall
+from tests.fakes.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures_loop"
@@ -184,9 +185,9 @@ def test_unknown_model_fails_before_the_run_naming_the_served_models(server, env
 
 
 def test_fatal_endpoint_error_exits_3_prints_it_once_and_gallery_problems_get_cpu_sizes(server, env, tmp_path):
-    from tests.fakes.openai_server import error
+    from tests.fakes.openai_replies import error
 
-    from tests.fakes.openai_server import server_error
+    from tests.fakes.openai_replies import server_error
 
     db = str(tmp_path / "runs.db")
     server.enqueue(server_error(message="overloaded, try again"), error(400, "Unsupported parameter: 'frobnicate'"))

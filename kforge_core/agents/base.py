@@ -6,8 +6,9 @@ recorded and fed back; a bug in KForge raises.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Protocol, TypeVar
 
 from ..platform import TargetSpec
 
@@ -139,3 +140,18 @@ class AnalysisAgent(Protocol):
     label: str
 
     def analyze(self, request: AnalysisRequest, on_token: TokenSink | None = None) -> AnalysisResult: ...
+
+
+R = TypeVar("R", GenerationResult, AnalysisResult)
+
+
+def rule_based_answer(work: Callable[[], R], text: Callable[[R], str], model: str,
+                      on_token: TokenSink | None) -> R:
+    """A rule-based agent's call: `work()` timed as the call's latency (no tokens to account), and its whole
+    `text(result)` handed to `on_token` at once (nothing streams)."""
+    t0 = time.perf_counter()
+    result = work()
+    result.usage = Usage(latency_s=time.perf_counter() - t0, model=model)
+    if on_token and text(result):
+        on_token(text(result))
+    return result

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 import re
-import time
 
-from .base import AnalysisRequest, AnalysisResult, Recommendation, TokenSink, Usage
+from .base import AnalysisRequest, AnalysisResult, Recommendation, TokenSink, rule_based_answer
 from ..synth.schedule import CATALOGUE, LABEL, MOVE_TITLES, Schedule, read_marker
 
 
@@ -77,12 +76,7 @@ class BuiltinAnalysisAgent:
     label = LABEL
 
     def analyze(self, request: AnalysisRequest, on_token: TokenSink | None = None) -> AnalysisResult:
-        t0 = time.perf_counter()
-        result = self._analyze(request)
-        result.usage = Usage(latency_s=time.perf_counter() - t0, model=LABEL)
-        if on_token and result.text:
-            on_token(result.text)
-        return result
+        return rule_based_answer(lambda: self._analyze(request), lambda r: r.text, LABEL, on_token)
 
     # --------------------------------------------------------------------------------------------------
     def _analyze(self, req: AnalysisRequest) -> AnalysisResult:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 
-from .base import GenerationRequest, GenerationResult, TokenSink, Usage
+from .base import GenerationRequest, GenerationResult, TokenSink, rule_based_answer
+from .facts import size_class_for
 from ..platform import TargetSpec, get_platform
 from ..synth.backends import select_backend
 from ..synth.plan.fusion import build_plan
@@ -74,12 +74,7 @@ class BuiltinGenerationAgent:
 
     # --- public --------------------------------------------------------------------------------------
     def generate(self, request: GenerationRequest, on_token: TokenSink | None = None) -> GenerationResult:
-        t0 = time.perf_counter()
-        result = self._generate(request)
-        result.usage = Usage(latency_s=time.perf_counter() - t0, model=LABEL)
-        if on_token and result.reply_text:
-            on_token(result.reply_text)
-        return result
+        return rule_based_answer(lambda: self._generate(request), lambda r: r.reply_text, LABEL, on_token)
 
     def synthesize(self, problem_source: str, target: str | TargetSpec, schedule: Schedule | None = None,
                    problem_name: str = "problem") -> GenerationResult:
@@ -93,7 +88,7 @@ class BuiltinGenerationAgent:
     # --- internals -----------------------------------------------------------------------------------
     def _size_class(self, tinfo: TargetSpec) -> str | None:
         if self.size_class == "auto":
-            return "cpu" if tinfo.device_type == "cpu" else None
+            return size_class_for(tinfo.device_type)
         return self.size_class
 
     def trace(self, source: str, size_class: str | None) -> dict:

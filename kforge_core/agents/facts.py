@@ -35,6 +35,12 @@ def evaluation_facts(problem_source: str, platform, size_class: str | None, tole
     return "\n".join(lines)
 
 
+def size_class_for(device_type: str) -> str | None:
+    """The size class a problem is judged at on this kind of device when none is asked for: "cpu" on CPUs (a
+    gallery file's own sizes are for GPUs), None (the file's sizes) elsewhere."""
+    return "cpu" if device_type == "cpu" else None
+
+
 def evaluated_sizes(problem_source: str, size_class: str | None) -> dict:
     """The globals a size class overrides ({} for the file's own sizes, or a problem without CPU_SIZES)."""
     if (size_class or "").strip().lower() != "cpu":

@@ -5,6 +5,7 @@ not exist, to check placement), all under a private temporary directory, and eve
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +23,9 @@ def local_cluster(nodes: list[dict], *, object_store_mb: int = 100) -> Iterator:
 
     # short: Ray's socket paths live under it and a Unix socket path holds at most 107 bytes
     temp_dir = tempfile.mkdtemp(prefix="kfray-", dir="/tmp")
+    # the head still records its address in Ray's default directory, which a fresh machine lacks (a device run
+    # failed with FileNotFoundError: /tmp/ray/ray_current_cluster)
+    os.makedirs(os.path.join(os.environ.get("RAY_TMPDIR", "/tmp"), "ray"), exist_ok=True)
     common = {"object_store_memory": object_store_mb * MB, "temp_dir": temp_dir}
     cluster = None
     try:  # an interruption while the head starts leaves nothing behind either

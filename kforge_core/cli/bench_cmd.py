@@ -75,6 +75,7 @@ def choose_agent(requested: str | None, base_url: str | None, api_key: str | Non
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..agents.facts import size_class_for
     from ..bench.cluster import resolve_address
     from ..bench.runner import BenchConfig, run_bench
 
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--devices is for this machine; on a cluster Ray places one problem per free device")
     # on a cluster the target's devices are on the worker nodes, which check it; this machine may have none
     platform = get_platform(args.target, require_available=cluster is None)
-    size_class = args.size_class or ("cpu" if platform.device_type == "cpu" else None)
+    size_class = args.size_class or size_class_for(platform.device_type)
     agent = choose_agent(args.agent, args.base_url, args.api_key, args.model)
     if agent == "llm" and not (args.model or _configured_model(args)):
         raise UsageError("the llm agent needs a model: pass --model or set KFORGE_MODEL")

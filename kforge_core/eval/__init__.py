@@ -2,5 +2,6 @@
 
 Parent side (the caller's process): `evaluator` (request -> verdict), `sandbox` (the child process: private
 directory, scrubbed environment, limits, timeouts), `forkserver` (pre-imported CPU children), `rules` (the static
-rules), `tolerance`, `verdict`, `roofline`, `ceilings`. Child side: `harness/`, which runs next to the candidate.
+rules; `refusals`, `python_check`, `native_scan` apply them), `tolerance`, `verdict`, `roofline`, `ceilings`. Child
+side: `harness/`, which runs next to the candidate.
 """

@@ -31,10 +31,11 @@ class _Rejected(Exception):
 
 class BuildService:
     def __init__(self, deadline: float, fork_server_safe: bool, memory_limit_mb: int | None,
-                 limit_address_space: bool):
+                 limit_address_space: bool, device_kind: str = "cpu"):
         self._ours, self.theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.theirs.set_inheritable(True)
         self._deadline = deadline
+        self._device_kind = device_kind  # the evaluation's fork server forks its builds too
         self._opts = {"fork_server_safe": fork_server_safe, "memory_limit_mb": memory_limit_mb,
                       "limit_address_space": limit_address_space}
         self._thread = threading.Thread(target=self._serve, daemon=True, name="kforge-build-service")
@@ -102,8 +103,8 @@ class BuildService:
         remaining = self._deadline - time.monotonic()
         if remaining <= 1:
             raise CompileError("no time left in the evaluation for this build")
-        outcome = run_child({"mode": "build", "platform": platform, "args": args}, {}, timeout_s=remaining,
-                            collect=collect, **self._opts)
+        outcome = run_child({"mode": "build", "platform": platform, "args": args, "device_kind": self._device_kind},
+                            {}, timeout_s=remaining, collect=collect, **self._opts)
         return self._checked(outcome, published)
 
     @staticmethod

@@ -9,6 +9,11 @@ fresh one, and the old one exits once its last child is gone. Requests go over a
 child's output descriptors (created by the caller, `kforge_core.eval.channels`) as SCM_RIGHTS. Linux only (macOS
 frameworks are not fork-safe); `KFORGE_EVAL_SPAWN=1` turns it off, and any failure to start it falls back to
 spawning.
+
+One server per device kind too: a "cuda" server (CUDA and Triton targets) also preloads Triton and is checked never
+to have initialised the CUDA driver (`zygote.device_touched`), so its children create their own context after
+entering their namespaces. Each server keeps its pre-started children (`kforge_core.eval.warm_pool`): retiring the
+server discards them.
 """
 
 from __future__ import annotations
@@ -34,16 +39,21 @@ def enabled() -> bool:
 
 
 class ForkServer:
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], device: str = "cpu"):
         from .isolation import status
         # import circle (justified): sandbox starts this server, and the server gives its children sandbox's own
         # limits and start-up, so spawned and forked children are set up by one piece of code
         from .sandbox import limits, popen_lasting, python_command
+        from .warm_pool import WarmPool
 
         self.dir = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
         self._cond = threading.Condition()
         self._pids: dict[str, int] = {}
         self._exits: dict[int, int] = {}
+        self._refused: dict[str, str] = {}
+        self._discarded: set[int] = set()
+        self.device = device
+        self.pool = WarmPool(self)
         self.ready = False
         self.dead = False
         self.retired = False
@@ -52,7 +62,8 @@ class ForkServer:
         log = open(self.dir / "forkserver.log", "wb")
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self.proc = popen_lasting(python_command("kforge_core.eval.harness.zygote"), stdin=theirs,
+            self.proc = popen_lasting([*python_command("kforge_core.eval.harness.zygote"), "--device", device],
+                                      stdin=theirs,
                                       stdout=subprocess.PIPE, stderr=log, cwd=self.dir,
                                       env={**env, "HOME": str(self.dir)}, start_new_session=True,
                                       preexec_fn=limits(None, False, entering=status()[0]))
@@ -73,26 +84,33 @@ class ForkServer:
             with self._cond:
                 if msg.get("ready"):
                     self.ready = True
+                elif "refused" in msg:
+                    self._refused[msg["id"]] = str(msg["refused"])
                 elif "id" in msg:
                     self._pids[msg["id"]] = msg["pid"]
                 elif "status" in msg:
-                    self._exits[msg["pid"]] = os.waitstatus_to_exitcode(msg["status"])
+                    if msg["pid"] in self._discarded:
+                        self._discarded.discard(msg["pid"])
+                    else:
+                        self._exits[msg["pid"]] = os.waitstatus_to_exitcode(msg["status"])
                 self._cond.notify_all()
         with self._cond:
             self.dead = True
             self._cond.notify_all()
 
-    def fork(self, workdir: Path, request: dict, memory_limit_mb: int | None, limit_address_space: bool,
-             fds: tuple[int, ...], plan: dict | None, cgroup_procs: str | None = None) -> int:
-        """Fork a child whose fds 1, 2, 3 (and 4) are `fds` (result, harness log, candidate log, build channel),
-        isolated by `plan`."""
+    def fork(self, workdir: Path, request: dict | None, memory_limit_mb: int | None, limit_address_space: bool,
+             fds: tuple[int, ...], plan: dict | None, cgroup_procs: str | None = None, warm: str | None = None) -> int:
+        """Fork a child whose fds 1, 2, 3 (and 4, 5) are `fds` (result, harness log, candidate log, build channel,
+        judge <-> candidate socket), isolated by `plan`. With `warm` (a target's name) and fds = (its control
+        socket,): a pre-started child (`warm_pool`), not counted as running until it is handed a request."""
         key = uuid.uuid4().hex
-        msg = json.dumps({"id": key, "workdir": str(workdir), "request": request, "plan": plan, "cgroup": cgroup_procs,
+        fields = {"warm": warm} if warm else {"request": request}
+        msg = json.dumps({"id": key, "workdir": str(workdir), **fields, "plan": plan, "cgroup": cgroup_procs,
                           "memory_limit_mb": memory_limit_mb, "limit_address_space": limit_address_space})
         with self._cond:  # counted from now: a server retired meanwhile waits for this child before closing
-            if self.retired and self._active <= 0:
+            if self.retired and (warm or self._active <= 0):
                 raise SandboxError("the evaluation fork server was retired")
-            self._active += 1
+            self._active += 0 if warm else 1
         try:
             with self._write_lock:
                 try:
@@ -100,13 +118,31 @@ class ForkServer:
                 except OSError as e:
                     raise SandboxError(f"the evaluation fork server is gone: {e}") from e
             with self._cond:
-                if not self._cond.wait_for(lambda: key in self._pids or self.dead, timeout=60) or \
-                        key not in self._pids:
-                    raise SandboxError("the evaluation fork server did not fork a child")
+                if not self._cond.wait_for(lambda: key in self._pids or key in self._refused or self.dead,
+                                           timeout=60) or key not in self._pids:
+                    why = self._refused.pop(key, "")
+                    raise SandboxError(f"the evaluation fork server did not fork a child{': ' + why if why else ''}")
                 return self._pids.pop(key)
-        except SandboxError:
-            self.wait(-1, 0)  # uncount it (closes a retired server left idle)
+        except SandboxError as e:
+            if "did not fork" in str(e) and not self.dead:
+                with _lock:
+                    _failed[getattr(self, "key", "")] = (time.monotonic(), str(e)[-500:])
+                retire(self)  # it refused (its device state) or hung: no later evaluation should try it
+            if not warm:
+                self.wait(-1, 0)  # uncount it (closes a retired server left idle)
             raise
+
+    def adopt(self) -> None:
+        """A pre-started child was handed a request: it counts as running from now (see `fork`)."""
+        with self._cond:
+            self._active += 1
+
+    def forget(self, pid: int) -> None:
+        """A discarded pre-started child: its exit report is of no interest."""
+        with self._cond:
+            if pid not in self._exits:  # its report is still to come (a pid remembered past it could be reused)
+                self._discarded.add(pid)
+            self._exits.pop(pid, None)
 
     def returncode(self, pid: int) -> int | None:
         """The child's exit code once it has exited (negative: killed by that signal); None while it runs."""
@@ -130,6 +166,7 @@ class ForkServer:
         return code
 
     def close(self) -> None:
+        self.pool.close()
         try:
             self._sock.close()
         except OSError:
@@ -142,6 +179,16 @@ class ForkServer:
 
 _servers: dict[str, ForkServer] = {}
 _lock = threading.Lock()
+# key -> (when, why) of a server that would not start or refused to fork: later evaluations spawn at once instead of
+# paying a failed start each (on an H200 a CUDA server that would not start made every child 3 s slower than spawning)
+_failed: dict[str, tuple[float, str]] = {}
+RETRY_AFTER_S = 600.0
+
+
+def failures() -> dict[str, str]:
+    """Why a kind of fork server is not used now ({device kind: reason}), for benchmarks and diagnostics."""
+    with _lock:
+        return {json.loads(key)[0]: why for key, (_, why) in _failed.items()}
 
 
 def retire(server: ForkServer) -> None:
@@ -153,17 +200,44 @@ def retire(server: ForkServer) -> None:
     with server._cond:
         server.retired = True
         idle = server._active <= 0
+    server.pool.close()  # its pre-started children were forked by a server that saw a runaway: never used
     if idle:
         server.close()
 
 
-def get(env: dict[str, str]) -> ForkServer:
-    """The fork server for this child environment (HOME aside), started if needed."""
-    key = json.dumps({k: v for k, v in sorted(env.items()) if k != "HOME"})
+# HOME names the evaluation's own directory; the switches are read by the caller only (the pool on or off uses
+# the same server)
+_NOT_KEYS = ("HOME", "KFORGE_EVAL_POOL", "KFORGE_EVAL_SPAWN")
+
+
+def get(env: dict[str, str], device: str = "cpu") -> ForkServer:
+    """The fork server for this child environment (HOME aside) and device kind ("cpu", or "cuda": CUDA and Triton
+    targets), started if needed."""
+    key = json.dumps([device, {k: v for k, v in sorted(env.items()) if k not in _NOT_KEYS}])
     with _lock:
+        failed = _failed.get(key)
+        if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_S:
+            raise SandboxError(f"the {device} fork server is not used for now: {failed[1]}")
         server = _servers.get(key)
         if server is None or server.dead:
             if server is not None:
                 server.close()
-            server = _servers[key] = ForkServer(env)
+            try:
+                server = _servers[key] = ForkServer(env, device)
+            except SandboxError as e:
+                _failed[key] = (time.monotonic(), str(e)[-500:])
+                raise
+            server.key = key
+            _failed.pop(key, None)
         return server
+
+
+def kind_for(request: dict) -> str:
+    """Which kind of fork server forks the child of this request: "cuda" for the CUDA and Triton targets (builds
+    say the kind of the evaluation they belong to)."""
+    from ..platform import all_platforms
+
+    if "device_kind" in request:
+        return request["device_kind"]
+    platform = all_platforms().get(request.get("target", ""))
+    return "cuda" if platform is not None and platform.device_type == "cuda" else "cpu"

@@ -349,17 +349,27 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
     {request field: socket} hands over several (a contest's judge holds one per contender, and the CPU probe).
     `on_start(pid)` is told the pid this process started (the relay or launcher outside the child's namespaces,
     or the child itself without isolation), once it runs: the judge's CPU probe reads that process tree."""
-    from . import forkserver
+    from . import forkserver, warm_pool
     from .build_service import BuildService
     from .progress_channel import ProgressChannel
 
     _clear_dumpable()
     isolated, why_not = isolation_status()
-    workdir = Path(tempfile.mkdtemp(prefix="kforge-eval-"))
+    server = slot = None
+    kind = forkserver.kind_for(request)
+    if fork_server_safe and module == "kforge_core.eval.harness.child" and forkserver.enabled():
+        try:  # the server's key ignores HOME, the only part of the environment that names the workdir
+            server = forkserver.get(child_environment(Path(tempfile.gettempdir()), isolated), kind)
+        except SandboxError:
+            server = None  # spawning still works; only slower
+    if server is not None and warm_pool.enabled() and request.get("mode") in warm_pool.POOLED_MODES:
+        slot = server.pool.take(warm_pool.Spec.of(request.get("target", ""), memory_limit_mb, limit_address_space,
+                                                  isolated))
+    workdir = slot.workdir if slot else Path(tempfile.mkdtemp(prefix="kforge-eval-"))
     chans = channels.Channels()
     plan = None
     builds = None
-    group = isolation.PidsCgroup.create(nproc_limit())
+    group = slot.group if slot else isolation.PidsCgroup.create(nproc_limit())
     channel = None
     try:
         for name, text in files.items():
@@ -369,20 +379,14 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         supervision = Supervision(channel, cancel)
         full_request = {**request, "nonce": nonce, "workdir": str(workdir), **channel.request_fields()}
         env = child_environment(workdir, isolated=isolated)
-        plan = child_plan(workdir) if isolated else None
-        server = None
-        if fork_server_safe and module == "kforge_core.eval.harness.child" and forkserver.enabled():
-            try:
-                server = forkserver.get(env)
-            except SandboxError:
-                server = None  # spawning still works; only slower
+        plan = slot.plan if slot else (child_plan(workdir) if isolated else None)
         start = time.monotonic()
         fds = chans.fds()
         extra: dict[str, int] = {}  # request field -> the caller's descriptor, beyond result and logs
         peers = _peers(peer)
         judge = bool(peers) and request.get("mode") != "worker"  # a judge builds nothing
         if module == "kforge_core.eval.harness.child" and request.get("mode") != "build" and not judge:
-            builds = BuildService(start + timeout_s, fork_server_safe, memory_limit_mb, limit_address_space)
+            builds = BuildService(start + timeout_s, fork_server_safe, memory_limit_mb, limit_address_space, kind)
             extra["build_fd"] = builds.theirs.fileno()
         extra.update({name: sock.fileno() for name, sock in peers.items()})
         fds = (*fds, *extra.values())
@@ -390,8 +394,8 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         if server is not None:
             try:  # a forked child finds them at 4, 5, ... in this order
                 numbered = {name: 4 + i for i, name in enumerate(extra)}
-                pid = server.fork(workdir, {**full_request, "candidate_log_fd": 3, **numbered},
-                                  memory_limit_mb, limit_address_space, fds, plan, group and group.procs)
+                pid = warm_pool.start(server, slot, {**full_request, "candidate_log_fd": 3, **numbered}, fds,
+                                      workdir, memory_limit_mb, limit_address_space, plan, group)
             except SandboxError:
                 server = None  # retired or gone meanwhile: this evaluation is spawned instead
         if server is not None:
@@ -407,7 +411,7 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
             _kill_group(pid, group)  # the child, or whatever it left behind in its session
             returncode = server.wait(pid, 10.0)
             if timed_out or memory_exceeded:
-                forkserver.retire(server)  # it ran away: the next evaluation gets a fresh server
+                forkserver.retire(server)  # it ran away: the next evaluation gets a fresh server (and pool)
         else:
             returncode, timed_out, memory_exceeded = _spawn(workdir, {**full_request, **extra}, env, module, start,
                                                             timeout_s, memory_limit_mb, limit_address_space, fds,
@@ -432,6 +436,8 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
                             isolation="namespaces" if isolated else f"none: {why_not}",
                             cancelled=supervision.cancelled)
     finally:
+        if slot is not None:
+            slot.stop()  # if it was never handed its request (an error before): ended here
         if channel is not None:
             channel.close()
         if group is not None:

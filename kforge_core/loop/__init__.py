@@ -15,7 +15,9 @@ Where things live (this package):
     config.py     RunConfig (documented fields, units in names; `to_record()` drops secrets)
     events.py     the typed events and their stored payloads (the contract the UI renders)
     engine.py     Synthesis: the functional and optimization passes as one generator of events
-    steps.py      a step's agent calls and the judging of its candidates (Synthesis' other half)
+    steps.py      a step's agent calls (Synthesis' other half)
+    judging.py    a program judged: its evaluation, verdict events, the best updated (the start program too)
+    records.py    what the events say about a step: excerpts, diffs, applied recommendations, stored prompts
     streaming.py  agent calls in threads, their streamed tokens as events
     feedback.py   what the agents are told about earlier attempts
     types.py      Attempt, LoopState, Next, Cancelled and the loop's constants

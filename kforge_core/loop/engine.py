@@ -31,7 +31,7 @@ cluster, where each candidate is a Ray task): then the step's programs are evalu
 iteration order, so the step decides exactly as it would have one by one.
 
 Where the parts live: types.py (Attempt, LoopState, Next, the constants), steps.py (a step's agent
-calls and the judging of its candidates), streaming.py (agent calls in threads, tokens as events),
+calls), judging.py (a program's evaluation and its record), streaming.py (agent calls in threads, tokens as events),
 feedback.py (what the agents are told about earlier attempts). This module decides which step comes next.
 """
 
@@ -234,15 +234,37 @@ class Synthesis(CandidateSteps):
         return ""
 
     # ------------------------------------------------------------------------------------------ steps
+    def _stop_if_spent(self, pass_name: str) -> Next | None:
+        """Next.STOP, with the reason, once the pass has used up its steps; None while it has some left."""
+        cfg, st = self.config, self.state
+        if pass_name == FUNCTIONAL and st.functional_steps >= cfg.max_functional_iters:
+            self.stop_reason = f"no correct program in {cfg.max_functional_iters} functional step(s)"
+        elif pass_name == OPTIMIZATION and st.optimization_steps >= cfg.max_optimization_iters:
+            self.stop_reason = f"optimization budget spent ({cfg.max_optimization_iters} step(s))"
+        else:
+            return None
+        return Next.STOP
+
+    def _begin_step(self, pass_name: str) -> Iterator[LoopEvent]:
+        """The pass announced (once a run), then one of its steps taken from its budget; returns Next.STOP (see
+        `_stop_if_spent`) when none is left, None otherwise."""
+        cfg, st = self.config, self.state
+        if pass_name not in st.passes_started:
+            st.passes_started.add(pass_name)
+            limit = cfg.max_functional_iters if pass_name == FUNCTIONAL else cfg.max_optimization_iters
+            yield PassStarted(pass_name=pass_name, max_iterations=limit)
+        stop = self._stop_if_spent(pass_name)
+        if stop is None and pass_name == FUNCTIONAL:
+            st.functional_steps += 1
+        elif stop is None:
+            st.optimization_steps += 1
+        return stop
+
     def _functional_step(self) -> Iterator[LoopEvent]:
         cfg, st = self.config, self.state
-        if FUNCTIONAL not in st.passes_started:
-            st.passes_started.add(FUNCTIONAL)
-            yield PassStarted(pass_name=FUNCTIONAL, max_iterations=cfg.max_functional_iters)
-        if st.functional_steps >= cfg.max_functional_iters:
-            self.stop_reason = f"no correct program in {cfg.max_functional_iters} functional step(s)"
-            return Next.STOP
-        st.functional_steps += 1
+        stop = yield from self._begin_step(FUNCTIONAL)
+        if stop:
+            return stop
         indexes = yield from self._start_iterations(FUNCTIONAL)
         base = st.last if st.last is not None and st.last.code is not None else None
         feedback = feedback_for(st.last) if st.last is not None else None
@@ -265,20 +287,13 @@ class Synthesis(CandidateSteps):
                 self.stop_reason = "a correct program was found; no optimization pass was asked for"
                 return Next.STOP
             return Next.OPTIMIZE
-        if st.functional_steps >= cfg.max_functional_iters:
-            self.stop_reason = f"no correct program in {cfg.max_functional_iters} functional step(s)"
-            return Next.STOP
-        return Next.RETRY
+        return self._stop_if_spent(FUNCTIONAL) or Next.RETRY
 
     def _optimization_step(self) -> Iterator[LoopEvent]:
         cfg, st = self.config, self.state
-        if OPTIMIZATION not in st.passes_started:
-            st.passes_started.add(OPTIMIZATION)
-            yield PassStarted(pass_name=OPTIMIZATION, max_iterations=cfg.max_optimization_iters)
-        if st.optimization_steps >= cfg.max_optimization_iters:
-            self.stop_reason = f"optimization budget spent ({cfg.max_optimization_iters} step(s))"
-            return Next.STOP
-        st.optimization_steps += 1
+        stop = yield from self._begin_step(OPTIMIZATION)
+        if stop:
+            return stop
         best_before = st.best
         assert best_before is not None and best_before.code is not None
         indexes = yield from self._start_iterations(OPTIMIZATION)
@@ -303,10 +318,7 @@ class Synthesis(CandidateSteps):
         if cfg.patience and st.steps_without_improvement >= cfg.patience and not self._keeps_trying():
             self.stop_reason = f"patience: {cfg.patience} optimization step(s) without a faster correct program"
             return Next.STOP
-        if st.optimization_steps >= cfg.max_optimization_iters:
-            self.stop_reason = f"optimization budget spent ({cfg.max_optimization_iters} step(s))"
-            return Next.STOP
-        return Next.OPTIMIZE
+        return self._stop_if_spent(OPTIMIZATION) or Next.OPTIMIZE
 
     def _keeps_trying(self) -> bool:
         """Patience saves the budget once a program is worth having; a best slower than eager is not. A

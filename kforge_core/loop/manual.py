@@ -22,12 +22,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..agents.base import GenerationResult
 from ..errors import UsageError
 from ..store import RunStore, open_store, resolve_db_path
 from .config import RunConfig
 from .engine import Synthesis
-from .events import IterationStarted, LoopEvent
+from .events import LoopEvent
 from .runs import launch_worker, record_events
 from .state import attempt_from_row, restore_state
 from .types import Attempt, Cancelled
@@ -126,10 +125,8 @@ def _evaluate(synthesis: Synthesis, program: str, base: Attempt | None, author: 
     index = synthesis.state.next_iteration
     synthesis.state.next_iteration += 1
     try:
-        synthesis._open[index] = MANUAL
-        yield IterationStarted(iteration=index, pass_name=MANUAL)
-        result = GenerationResult(program=program, notes=f"version {index}, written by {author}")
-        attempt = yield from synthesis._judge(index, MANUAL, result, base, [])
+        attempt = yield from synthesis._judge_given(index, MANUAL, program, f"version {index}, written by {author}",
+                                                    base)
         synthesis.stop_reason = f"version #{index} evaluated: {attempt.status}"
         yield from synthesis._close(*_outcome(synthesis))
     except (Cancelled, KeyboardInterrupt):

@@ -1,79 +1,39 @@
-"""One step's work with the agents: the analysis call, the k generation calls, and each candidate judged.
+"""One step's work with the agents: the analysis call and the k generation calls.
 
 `CandidateSteps` is the half of `Synthesis` (see engine.py) that turns a step's decision into events: it
 records the prompts, streams the replies, accounts the tokens, turns endpoint failures into data (or stops the
-run), evaluates each program (one at a time) and finishes its iteration, updating the best. Which step runs
-next, the budgets and the run's end stay in the engine.
+run) and hands each program to `Judging` (judging.py), which evaluates it (one at a time) and finishes its
+iteration, updating the best. Which step runs next, the budgets and the run's end stay in the engine.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-from dataclasses import asdict
-import inspect
-import math
-import queue
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..agents.base import (
-    AnalysisAgent, AnalysisRequest, Feedback, GenerationAgent, GenerationRequest, GenerationResult, Recommendation,
-    Usage)
+    AnalysisAgent, AnalysisRequest, Feedback, GenerationAgent, GenerationRequest, Recommendation, Usage)
 from ..agents.facts import evaluation_facts
-from ..eval.evaluator import EvalOptions, EvaluationCancelled
-from ..eval.verdict import Verdict
 from ..llm import LLMError, LLMStreamError
 from ..platform import TargetSpec
-from .config import RunConfig
 from .events import (
-    BestUpdated, CompileLog, Diff, ErrorReported, EvalStage, IterationFinished, IterationStarted, LoopEvent,
-    ProfileReady,
-    ProgramExtracted, ProgramMissing, PromptSent, RecommendationsReady, Retrying, Timings, UsageRecorded,
-    VerdictReady)
+    ErrorReported, LoopEvent, ProgramMissing, PromptSent, RecommendationsReady, Retrying, UsageRecorded)
+from .judging import Judging
+from .records import excerpt, for_record, history_text, model_name
 from .streaming import AgentJob, EvaluationAhead, stream_calls
 from .types import (
-    ENDPOINT_FAILED, FATAL_LLM_ERRORS, NOT_FATAL_LLM_ERRORS, OPTIMIZATION, START, Attempt, Cancelled,
-    FatalEndpointError,
-    LoopState, is_faster)
-
-REPLY_EXCERPT_CHARS = 2000
+    ENDPOINT_FAILED, FATAL_LLM_ERRORS, NOT_FATAL_LLM_ERRORS, OPTIMIZATION, Attempt, Cancelled, FatalEndpointError)
 
 
-class CandidateSteps:
-    """Agent calls and candidate evaluation, for `Synthesis`, which sets these attributes."""
+class CandidateSteps(Judging):
+    """Agent calls, for `Synthesis`, which sets these attributes (and `Judging`'s)."""
 
-    config: RunConfig
-    state: LoopState
     generator: GenerationAgent
     analyzer: AnalysisAgent
-    problem: Any
-    platform: Any
     spec: TargetSpec  # the platform as the agents see it, resolved once for the run
-    _evaluate: Callable[..., Verdict]
-    _cancel: threading.Event
-    _open: dict[int, str]  # iterations started and not finished -> pass
     _facts: str | None  # evaluation_facts, worked out once per run
-    _check_cancel: Callable[[], None]  # raises Cancelled once the run is asked to stop
-    _should_cancel: Callable[[], bool]
     parallel_evaluations: bool  # a best-of-k step's programs are evaluated at once (each on its own device)
-
-    # ------------------------------------------------------------------------------------------ start program
-    def _judge_start_program(self) -> Iterator[LoopEvent]:
-        """A run given a starting program (`RunConfig.start_program`) judges it first, as iteration 0 of a "start"
-        pass: correct, it is the best the optimization pass starts from; not, it is the program the functional
-        pass fixes (with its verdict fed back). Once judged, a resume does not judge it again."""
-        code = self.config.start_program
-        if not code or self.state.next_iteration != 0:
-            return
-        self.state.next_iteration = 1
-        self._open[0] = START
-        yield IterationStarted(iteration=0, pass_name=START)
-        result = GenerationResult(program=code, notes="the starting program (written by a person)")
-        attempt = yield from self._judge(0, START, result, None, [])
-        self.state.last = attempt
 
     # ------------------------------------------------------------------------------------------ analysis
     def _analyse(self, iteration: int, best: Attempt) -> Iterator[LoopEvent]:
@@ -90,8 +50,8 @@ class CandidateSteps:
         # rule-based agents have no prompt method, and their result's `prompt` (if any) is recorded afterwards.
         prompt = getattr(agent, "prompt", None)
         if prompt is not None:
-            yield PromptSent(iteration=iteration, agent="analysis", model=_model_name(agent),
-                             messages=_for_record(prompt(request)))
+            yield PromptSent(iteration=iteration, agent="analysis", model=model_name(agent),
+                             messages=for_record(prompt(request)))
         outcome = yield from self._stream({iteration: lambda on_token: agent.analyze(request, on_token)}, "analysis")
         result, error = outcome[iteration]
         if error is not None:
@@ -135,7 +95,7 @@ class CandidateSteps:
                  feedback: Feedback | None) -> GenerationRequest:
         if feedback is not None and pass_name == OPTIMIZATION and base is not None and base.verdict is not None:
             feedback.profile, feedback.roofline = base.verdict.profile, base.verdict.roofline
-            feedback.history = [_history_text(h) for h in self.state.history]
+            feedback.history = [history_text(h) for h in self.state.history]
         return GenerationRequest(
             problem_source=self.problem.source, problem_name=self.problem.name, spec=self.spec, pass_name=pass_name,
             iteration=iteration, previous_program=base.code if base is not None else None, feedback=feedback,
@@ -152,8 +112,8 @@ class CandidateSteps:
         if prompt is not None:
             for i, request in requests.items():
                 sent[i] = prompt(request)
-                yield PromptSent(iteration=i, agent="generation", model=_model_name(agent),
-                                 messages=_for_record(sent[i]))
+                yield PromptSent(iteration=i, agent="generation", model=model_name(agent),
+                                 messages=for_record(sent[i]))
         jobs = {i: (lambda on_token, r=request: agent.generate(r, on_token)) for i, request in requests.items()}
         outcomes = yield from self._stream(jobs, "generation")
         ahead = self._evaluations_ahead(pass_name, indexes, outcomes, base)
@@ -167,8 +127,8 @@ class CandidateSteps:
                 else:
                     self.state.endpoint_failures_in_a_row = 0
                     if result.prompt and result.prompt != sent.get(i):  # no prompt method, or one clipped again
-                        yield PromptSent(iteration=i, agent="generation", model=_model_name(agent),
-                                         messages=_for_record(result.prompt))
+                        yield PromptSent(iteration=i, agent="generation", model=model_name(agent),
+                                         messages=for_record(result.prompt))
                     yield from self._usage(i, "generation", result.usage, agent)
                     attempt = yield from self._judge(i, pass_name, result, base, recommendations, ahead.get(i))
                 attempts.append(attempt)
@@ -193,160 +153,6 @@ class CandidateSteps:
     def _stream(self, jobs: dict[int, AgentJob], agent: str) -> Iterator[LoopEvent]:
         return (yield from stream_calls(jobs, agent, self._cancel, self._check_cancel))
 
-    # ------------------------------------------------------------------------------------------ evaluation
-    def _judge(self, i: int, pass_name: str, result: GenerationResult, base: Attempt | None,
-               recommendations: list[Recommendation],
-               ahead: EvaluationAhead | None = None) -> Iterator[LoopEvent]:
-        recommendations = applied_recommendations(recommendations, result.moves)
-        recs = [r.to_dict() for r in recommendations] or None
-        if result.program is None:
-            error = result.error or "the reply held no program"
-            yield ProgramMissing(iteration=i, error=error, reply_excerpt=_excerpt(result.reply_text),
-                                 coverage=result.coverage, unsupported=result.unsupported)
-            attempt = Attempt(i, pass_name, "no_program", error, recommendations=recommendations,
-                              unsupported=result.unsupported)
-            yield self._finished(attempt, recs)
-            return attempt
-        verdict_events = ahead.replay(self._check_cancel) if ahead is not None else \
-            self._candidate_verdict(i, result, base, pass_name)
-        code, verdict = yield from verdict_events
-        attempt = Attempt(i, pass_name, verdict.status, verdict.reason, code, verdict, recommendations)
-        yield self._finished(attempt, recs)
-        if attempt.correct:
-            self.state.correct_attempts.append(attempt)
-        if attempt.correct and is_faster(attempt, self.state.best):
-            self.state.best = attempt
-            self.state.best_speedups = (verdict.speedup_vs_eager, verdict.speedup_vs_compiled)
-            yield BestUpdated(iteration=i, candidate_ms=verdict.candidate_ms,
-                              speedup_vs_eager=verdict.speedup_vs_eager,
-                              speedup_vs_compiled=verdict.speedup_vs_compiled, eager_ms=verdict.eager_ms,
-                              compiled_ms=verdict.compiled_ms)
-        return attempt
-
-    def _candidate_verdict(self, i: int, result: GenerationResult, base: Attempt | None,
-                           pass_name: str) -> Iterator[LoopEvent]:
-        """A program's evaluation and the events that report it; returns (code, verdict). It changes no loop state,
-        so several may run at once (EvaluationAhead)."""
-        code, verdict = yield from self._first_that_compiles(i, result, pass_name)
-        if base is not None and base.code is not None:
-            yield Diff(iteration=i, against_iteration=base.iteration, unified_diff=unified_diff(base, i, code))
-        if verdict.status == "correct" and verdict.noisy:
-            # a number beyond the noise bound is not trusted as it is: timed once more, the steadier one kept
-            yield EvalStage(iteration=i, stage="re-timing: noisy timing", detail={"noisy": ",".join(verdict.noisy)})
-            again = yield from self._evaluate_live(i, code, self._eval_options(pass_name))
-            if again.status == "correct" and len(again.noisy) <= len(verdict.noisy):
-                again.warnings.append(f"re-timed: the first evaluation's timings were noisy "
-                                      f"({', '.join(verdict.noisy)}); these are from a second one")
-                verdict = again
-        if verdict.compile_log.strip():
-            yield CompileLog(iteration=i, log=verdict.compile_log)
-        yield VerdictReady(iteration=i, verdict=verdict.to_dict())
-        if verdict.candidate is not None:
-            yield Timings(iteration=i, candidate_ms=verdict.candidate_ms, eager_ms=verdict.eager_ms,
-                          compiled_ms=verdict.compiled_ms, speedup_vs_eager=verdict.speedup_vs_eager,
-                          speedup_vs_compiled=verdict.speedup_vs_compiled, torch_compile_s=verdict.torch_compile_s,
-                          **{k: asdict(t) if t else None for k, t in (("candidate", verdict.candidate),
-                                                                       ("eager", verdict.eager),
-                                                                       ("compiled", verdict.compiled))},
-                          baseline_shared=bool(verdict.baseline), noisy=tuple(verdict.noisy))
-        if verdict.profile is not None or verdict.roofline is not None:
-            yield ProfileReady(iteration=i, profile=verdict.profile, roofline=verdict.roofline)
-        return code, verdict
-
-    def _first_that_compiles(self, i: int, result: GenerationResult,
-                             pass_name: str) -> Iterator[LoopEvent]:
-        """Evaluate the reply's program; while it does not compile, the reply's other programs in turn (see
-        extract.Extraction.alternatives). The first that compiles is the iteration's program; when none does,
-        the first one tried, with its compiler output. Returns (code, verdict)."""
-        candidates = [result.program, *getattr(result, "alternatives", [])]
-        yield ProgramExtracted(iteration=i, code=candidates[0], language="python", notes=result.notes,
-                               coverage=result.coverage)
-        first: tuple[str, Verdict] | None = None
-        for n, code in enumerate(candidates):
-            self._check_cancel()
-            if n:
-                yield ProgramExtracted(iteration=i, code=code, language="python",
-                                       notes=f"the program before did not compile; trying the reply's program "
-                                             f"{len(candidates) - n} of {len(candidates)} (counting from the top)")
-            verdict = yield from self._evaluate_live(i, code, self._eval_options(pass_name))
-            if first is None:
-                first = (code, verdict)
-            if verdict.status != "compile_error":
-                return code, verdict
-        assert first is not None
-        if len(candidates) > 1:  # none compiled: the record keeps the reply's final program and its errors
-            yield ProgramExtracted(iteration=i, code=first[0], language="python",
-                                   notes=f"none of the reply's {len(candidates)} programs compiled; the last one's "
-                                         "errors are shown")
-        return first
-
-    def _evaluate_live(self, i: int | None, code, options: EvalOptions, evaluate_fn=None) -> Iterator[LoopEvent]:
-        """Run one evaluation in a thread and yield its stages as they come; a cancel kills its process group at
-        once (the evaluator polls `_cancel_requested`) and raises Cancelled here."""
-        stages: queue.Queue = queue.Queue()
-        box: dict = {}
-        fn = evaluate_fn or self._evaluate
-
-        def work() -> None:
-            try:
-                kwargs = {}
-                if _accepts(fn, "on_stage"):
-                    kwargs = {"on_stage": stages.put, "cancel": self._cancel_requested}
-                box["verdict"] = fn(self.problem, code, self.platform.name, options, **kwargs)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the loop's thread
-                box["error"] = e
-            finally:
-                stages.put(None)
-
-        worker = threading.Thread(target=work, daemon=True, name=f"kforge-eval-{i}")
-        worker.start()
-        try:
-            while True:
-                try:
-                    item = stages.get(timeout=0.1)
-                except queue.Empty:
-                    self._cancel_requested()  # sets the flag the evaluator polls
-                    continue
-                if item is None:
-                    break
-                item = dict(item)
-                yield EvalStage(iteration=i, stage=str(item.pop("stage", "")), detail=item)
-        except BaseException:  # Ctrl-C, or the consumer closed the stream: the evaluation must not run on
-            self._cancel.set()
-            worker.join(timeout=10)
-            raise
-        worker.join()
-        if "error" in box:
-            if isinstance(box["error"], EvaluationCancelled):
-                raise Cancelled()
-            raise box["error"]
-        return box["verdict"]
-
-    def _cancel_requested(self) -> bool:
-        if not self._cancel.is_set() and self._should_cancel():
-            self._cancel.set()
-        return self._cancel.is_set()
-
-    def _eval_options(self, pass_name: str) -> EvalOptions:
-        cfg = self.config
-        # The evaluator times and profiles only correct candidates, so failures cost nothing extra. A correct
-        # functional candidate becomes the best the analysis agent reads, so it is profiled too whenever an
-        # optimization pass follows: re-running it just for a profile would cost another child process.
-        profile = self.platform.has_profiler and (pass_name == OPTIMIZATION or cfg.max_optimization_iters > 0)
-        return EvalOptions(tolerance=cfg.tolerance, timing=True, baselines=cfg.eval_baselines, profile=profile,
-                           size_class=cfg.size_class, timeout_s=cfg.eval_timeout_s,
-                           timing_options=dict(cfg.eval_timing_options))
-
-    def _finished(self, attempt: Attempt, recommendations: list[dict] | None = None) -> IterationFinished:
-        self._open.pop(attempt.iteration, None)
-        v = attempt.verdict
-        return IterationFinished(
-            iteration=attempt.iteration, pass_name=attempt.pass_name, status=attempt.status, reason=attempt.reason,
-            code=attempt.code, candidate_ms=v.candidate_ms if v else None,
-            speedup_vs_eager=v.speedup_vs_eager if v else None,
-            speedup_vs_compiled=v.speedup_vs_compiled if v else None, verdict=v.to_dict() if v else None,
-            profile=v.profile if v else None, recommendations=recommendations)
-
     # ------------------------------------------------------------------------------------------ failures, usage
     def _endpoint_failure(self, error: BaseException, where: str, iteration: int,
                           pass_name: str | None = None) -> Iterator[LoopEvent]:
@@ -362,7 +168,7 @@ class CandidateSteps:
         if error.prompt_tokens or error.completion_tokens:  # a broken stream: what it cost, estimated
             agent = self.analyzer if where == "analysis" else self.generator
             yield from self._usage(iteration, where, Usage(error.prompt_tokens, error.completion_tokens,
-                                                           model=_model_name(agent), estimated=True), agent,
+                                                           model=model_name(agent), estimated=True), agent,
                                    failed=True)
         stop = None
         if isinstance(error, FATAL_LLM_ERRORS) and not isinstance(error, NOT_FATAL_LLM_ERRORS):
@@ -387,7 +193,7 @@ class CandidateSteps:
         attempt = None
         if pass_name is not None:  # analysis failing: the generation goes on without recommendations
             partial = error.partial_text if isinstance(error, LLMStreamError) else ""
-            yield ProgramMissing(iteration=iteration, error=message, reply_excerpt=_excerpt(partial))
+            yield ProgramMissing(iteration=iteration, error=message, reply_excerpt=excerpt(partial))
             attempt = Attempt(iteration, pass_name, "no_program", message, endpoint_failure=True)
             yield self._finished(attempt)
         if stop is not None:
@@ -410,65 +216,3 @@ class CandidateSteps:
                             completion_tokens=usage.completion_tokens, model=usage.model, latency_s=usage.latency_s,
                             estimated=usage.estimated, failed=failed, warning=getattr(usage, "warning", ""),
                             cost=cost)
-
-
-# ---------------------------------------------------------------------------------------------- record helpers
-
-
-def applied_recommendations(recommendations: list[Recommendation],
-                            moves: list[str] | None) -> list[Recommendation]:
-    """The step's recommendations, each marked with whether this candidate was built with it. A generator that
-    names its moves (the built-in one builds one per step) leaves the others untried for later steps."""
-    if moves is None:
-        return list(recommendations)
-    return [dataclasses.replace(r, applied=r.move in moves) for r in recommendations]
-
-
-def unified_diff(base: Attempt, iteration: int, code: str) -> str:
-    return "".join(difflib.unified_diff(
-        (base.code or "").splitlines(keepends=True), code.splitlines(keepends=True),
-        fromfile=f"iteration {base.iteration}", tofile=f"iteration {iteration}"))
-
-
-def _excerpt(text: str) -> str:
-    text = text or ""
-    if len(text) <= REPLY_EXCERPT_CHARS:
-        return text
-    half = REPLY_EXCERPT_CHARS // 2
-    return text[:half] + f"\n… ({len(text) - 2 * half} characters) …\n" + text[-half:]
-
-
-def _history_text(entry: dict) -> str:
-    return f"iteration {entry.get('iteration')}: {entry.get('tried') or 'a rewrite'} -> {entry.get('outcome')}"
-
-
-def _accepts(fn, name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def _model_name(agent: Any) -> str:
-    return getattr(agent, "model", None) or agent.label
-
-
-def _for_record(messages: list[dict]) -> list[dict]:
-    """Messages as stored in `prompt_sent`: image data URLs (megabytes of base64) replaced by a short note."""
-    out = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            parts = []
-            for part in content:
-                if isinstance(part, dict) and part.get("type") == "image_url":
-                    url = (part.get("image_url") or {}).get("url", "")
-                    mime = url[5:url.find(";")] if url.startswith("data:") and ";" in url else "image"
-                    parts.append({"type": "image_url",
-                                  "image_url": {"url": f"[{mime}, {math.ceil(len(url) * 3 / 4)} bytes, not stored]"}})
-                else:
-                    parts.append(part)
-            m = {**m, "content": parts}
-        out.append(m)
-    return out

@@ -128,6 +128,7 @@ class GpuPlatform(Platform):
     strict_fp32_controls = True
     allows_inline_asm = True  # inline PTX in kernels
     tiny_problem_ms = 0.05
+    fork_server_safe = True  # a "cuda" fork server: torch and Triton imported, the driver never initialised
 
     _sync = None
     _event_done = None
@@ -180,6 +181,15 @@ class GpuPlatform(Platform):
             self._sync = driver_synchronize()
             self._event_done = torch._C._CudaEventBase.query  # bound now: the completion check below
             self._sync()
+
+    def warm_child(self) -> None:
+        """The CUDA context, created after the fork (the fork server never initialises CUDA)."""
+        if not cuda_problem():
+            import torch
+
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+            torch.cuda.synchronize()
 
     def synchronize(self) -> None:
         if self._sync is None:  # outside an evaluation child (tests, tools)

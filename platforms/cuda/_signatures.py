@@ -12,6 +12,8 @@ import ctypes
 import re
 from dataclasses import dataclass
 
+from kforge_core.eval.native_scan import strip_c_comments
+
 
 def _torch_dtypes():
     import torch
@@ -89,11 +91,6 @@ class KSignature:
         return f"__global__ void {self.name}({args})"
 
 
-def _strip_comments(src: str) -> str:
-    src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
-    return re.sub(r"//[^\n]*", "", src)
-
-
 def _parse_param(text: str, index: int) -> KParam:
     text = text.split("=")[0]  # default arguments
     text = _QUAL.sub(" ", text).replace("std::", " ").strip()
@@ -128,7 +125,7 @@ def _parse_param(text: str, index: int) -> KParam:
 
 def parse_kernels(source: str) -> dict[str, KSignature]:
     """Every `__global__` function in the source: its parameters, or why it cannot be launched from Python."""
-    src = _strip_comments(source)
+    src = strip_c_comments(source)
     out: dict[str, KSignature] = {}
     for m in _GLOBAL.finditer(src):
         if "void" not in m.group("mid"):

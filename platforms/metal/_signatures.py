@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kforge_core.eval.native_scan import strip_c_comments
+
 # Attributes that make a kernel parameter a built-in value (not bound from Python).
 BUILTIN_ATTRIBUTES = frozenset({
     "thread_position_in_grid", "thread_position_in_threadgroup", "threadgroup_position_in_grid",
@@ -134,12 +136,6 @@ class KernelSignature:
 # ---------------------------------------------------------------------------------------------------------------
 # Parsing
 
-def strip_comments(src: str) -> str:
-    """Remove // and /* */ comments, keeping line breaks so line numbers stay valid."""
-    src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
-    return re.sub(r"//[^\n]*", "", src)
-
-
 def _split_top_level(text: str, sep: str = ",") -> list[str]:
     parts, depth, cur = [], 0, []
     for ch in text:
@@ -211,7 +207,7 @@ def parse_kernels(source: str) -> dict[str, KernelSignature]:
     """Every callable kernel of `source`: plain `kernel void f(...)` definitions and template instantiations with
     `[[host_name("f_float")]]`. Generic template definitions are skipped (only their instantiations are callable).
     Raises MetalSignatureError for parameters torch cannot bind (threadgroup memory, textures)."""
-    src = strip_comments(source)
+    src = strip_c_comments(source)
     kernels: dict[str, KernelSignature] = {}
     for m in _KERNEL.finditer(src):
         # The declaration starts after the previous statement or block.

@@ -82,7 +82,7 @@ def vet_flags(helper: str, **flag_lists) -> None:
 # --- source -------------------------------------------------------------------------------------------------------
 def vet_source(helper: str, *sources: str) -> None:
     """The native rules on the exact text about to be compiled (line numbers are the kernel's own)."""
-    from ..rules import check_native_source
+    from ..native_scan import check_native_source
 
     for text in sources:
         if not text:
