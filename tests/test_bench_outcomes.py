@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from kforge_core.bench.problem_run import trim_reason
 from kforge_core.bench.report import write_reports
 from kforge_core.bench.suite import SuiteProblem
 from kforge_core.loop.engine import Synthesis
+from kforge_core.store import open_store
 from tests.cli_env import cli_env
 from tests.fakes.openai_replies import slow
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -84,11 +86,12 @@ def test_unsupported_and_error_are_outcomes_with_their_reasons(tmp_path):
     assert "unsupported (last verdict no_program: nothing to synthesize" in done.stderr
 
 
-def test_time_limit_stops_starting_problems_then_the_same_command_resumes(tmp_path):
-    """The first problem starts before the 1 s limit and runs past it (each reply takes 2 s): it finishes and is
-    recorded, no other one starts, the results say they are partial; the same command without the limit runs the
-    rest, in the stratified order, and the first problem is not run again. The last problem's program is wrong:
-    it fails with the evaluator's reason, not "no correct program in N functional step(s)"."""
+def test_time_limit_stops_the_running_problem_then_the_same_command_runs_it_again(tmp_path):
+    """The first problem starts before the 1 s limit and would run past it (each reply takes 3 s): it is stopped at
+    the limit and recorded as stopped (not failed), no other one starts, the results say they are partial; the
+    same command without the limit runs the stopped problem again and then the rest, in the stratified order. The
+    last problem's program is wrong: it fails with the evaluator's reason, not "no correct program in N functional
+    step(s)"."""
     suite = tmp_path / "kb"
     (suite / "level1").mkdir(parents=True)
     (suite / "level2").mkdir()
@@ -96,25 +99,39 @@ def test_time_limit_stops_starting_problems_then_the_same_command_resumes(tmp_pa
     (suite / "level1" / "2_Sum_reduction.py").write_text(RELU)  # named as a reduction: another kind
     (suite / "level2" / "1_Gemm_ReLU.py").write_text(RELU)
     out, db = tmp_path / "out", tmp_path / "runs.db"
-    replies = iter([_program("correct_fast.py"), _program("correct_fast.py"), _program("wrong.py")])
-    with FakeOpenAIServer(models=("gen-model",), responder=lambda _r: slow(2.0, next(replies))) as s:
+    replies = iter([slow(3.0, _program("correct_fast.py"))] + [slow(0.5, _program(name)) for name in
+                                                                ("correct_fast.py", "correct_fast.py", "wrong.py")])
+    with FakeOpenAIServer(models=("gen-model",), responder=lambda _r: next(replies)) as s:
         first = _run(_bench(suite, out, db, "--max-functional-iters", "1", "--time-limit", "1", server=s), tmp_path)
-        data, by_name, _, page = _results(out)
-        assert list(by_name) == ["level1/1_ReLU"] and by_name["level1/1_ReLU"]["outcome"] == "correct"
+        data, by_name, rows, page = _results(out)
+        assert list(by_name) == ["level1/1_ReLU"]
+        stopped = by_name["level1/1_ReLU"]
+        assert (stopped["outcome"], stopped["status"], stopped["correct"]) == ("stopped", "stopped", False)
+        assert stopped["reason"].startswith("stopped at the time limit after ") and stopped["reason"].endswith(" s")
+        assert 1 <= stopped["stopped_after_s"] < 60
+        assert rows[0]["outcome"] == "stopped" and rows[0]["reason"] == stopped["reason"]
         summary = data["summary"]
         assert summary["partial"] is True and summary["not_run"] == 2 and summary["suite_problems"] == 3
+        assert (summary["stopped"], summary["failed"], summary["supported"], summary["problems"]) == (1, 0, 0, 1)
+        assert summary["correctness_rate"] is None and summary["per_level"]["1"]["stopped"] == 1
         assert "time limit of 1 s reached" in summary["stopped_by"] and "time limit of 1 s reached" in first.stdout
-        assert "2 of 3 problems not run" in page
+        assert "correct 0/0 · failed 0 · unsupported 0 · stopped 1 (supported 0)" in first.stdout
+        assert "2 of 3 problems not run, 1 stopped at the time limit" in page
+        assert "stopped (stopped at the time limit after" in first.stderr
         assert len(s.chat_requests) == 1
-        kept = by_name["level1/1_ReLU"]["run_id"]
+        with open_store(db) as store:
+            assert store.get_run(stopped["run_id"])["status"] == "cancelled"
 
         second = _run(_bench(suite, out, db, "--max-functional-iters", "1", server=s), tmp_path)
-        assert "resuming: 1 of 3 problems already done, 2 to go" in second.stderr
+        assert ("resuming: 0 of 3 problems already done, 3 to go (1 stopped at the time limit before, run again)"
+                in second.stderr)
         data, by_name, _, _ = _results(out)
         assert list(by_name) == ["level1/1_ReLU", "level1/2_Sum_reduction", "level2/1_Gemm_ReLU"]
         assert [r["kind"] for r in data["problems"]] == ["elementwise", "reduction", "fused gemm"]
-        assert by_name["level1/1_ReLU"]["run_id"] == kept and len(s.chat_requests) == 3
+        assert by_name["level1/1_ReLU"]["outcome"] == "correct" and len(s.chat_requests) == 4
+        assert by_name["level1/1_ReLU"]["run_id"] != stopped["run_id"]
         assert data["summary"]["partial"] is False and "partial" not in second.stdout
+        assert data["summary"]["stopped"] == 0
         failed = by_name["level2/1_Gemm_ReLU"]
         assert (failed["outcome"], failed["status"], failed["last_status"]) == ("failed", "failed", "incorrect")
         assert failed["reason"] and "functional step" not in failed["reason"]
@@ -124,6 +141,61 @@ def test_time_limit_stops_starting_problems_then_the_same_command_resumes(tmp_pa
         assert failed["reason"][:60] in page
         assert f"failed (last verdict incorrect: {failed['reason'][:40]}" in second.stderr
         assert (data["summary"]["failed"], data["summary"]["supported"]) == (1, 3)
+
+
+HANGING = (FIXTURES / "correct_fast.py").read_text().replace(
+    "for (int64_t i = 0; i < n; ++i)", "volatile int spin = 1; while (spin) {}\n    for (int64_t i = 0; i < n; ++i)")
+
+
+def test_problem_time_limit_stops_a_hanging_evaluation_then_a_resume_runs_it_again(tmp_path):
+    """A candidate whose kernel never returns: `--problem-time-limit` stops its run through the cancel path (the
+    evaluation's process group is killed, far before the evaluation's own timeout) and the problem is recorded as
+    stopped; the same command runs it again (here to a correct program)."""
+    suite = tmp_path / "kb"
+    (suite / "level1").mkdir(parents=True)
+    (suite / "level1" / "1_ReLU.py").write_text(RELU)
+    out, db = tmp_path / "out", tmp_path / "runs.db"
+    assert "while (spin)" in HANGING
+    replies = iter([f"```python\n{HANGING}```", _program("correct_fast.py")])
+    with FakeOpenAIServer(models=("gen-model",), responder=lambda _r: next(replies)) as s:
+        first = _run(_bench(suite, out, db, "--max-functional-iters", "1", "--problem-time-limit", "8",
+                            server=s), tmp_path)
+        data, by_name, _, _ = _results(out)
+        hung = by_name["level1/1_ReLU"]
+        assert hung["outcome"] == "stopped"
+        assert re.fullmatch(r"stopped at the time limit after \d+ s", hung["reason"]), hung["reason"]
+        assert 8 <= hung["stopped_after_s"] < 120  # the evaluation's own timeout is far longer
+        summary = data["summary"]
+        assert (summary["correct"], summary["stopped"], summary["problems"]) == (0, 1, 1)
+        assert summary["partial"] is True and summary["not_run"] == 0
+        assert "1 problem(s) stopped at the time limit; the same command runs them again" in first.stderr
+        with open_store(db) as store:
+            events = [e["kind"] for e in store.events(hung["run_id"])]
+            assert "cancel_requested" in events and store.get_run(hung["run_id"])["status"] == "cancelled"
+
+        second = _run(_bench(suite, out, db, "--max-functional-iters", "1", server=s), tmp_path)
+        assert "resuming: 0 of 1 problems already done, 1 to go (1 stopped at the time limit before" in second.stderr
+        data, by_name, _, _ = _results(out)
+        assert by_name["level1/1_ReLU"]["outcome"] == "correct" and len(s.chat_requests) == 2
+        assert data["summary"]["partial"] is False
+
+
+def test_stopped_problems_are_counted_and_listed_but_left_out_of_the_rates():
+    records = [{"problem": "a", "level": 1, "kind": "elementwise", "correct": True, "speedup_vs_eager": 2.0},
+               {"problem": "b", "level": 1, "kind": "elementwise", "correct": False, "status": "failed"},
+               {"problem": "c", "level": 1, "kind": "elementwise", "correct": False, "status": "stopped",
+                "reason": "stopped at the time limit after 30 s"}]
+    summary = summarize(records)
+    assert (summary["problems"], summary["correct"], summary["failed"], summary["stopped"]) == (3, 1, 1, 1)
+    assert summary["supported"] == 2 and summary["correctness_rate"] == 0.5
+    assert summary["fast_p_vs_eager"]["1"] == 0.5 and summary["per_level"]["1"]["fast_1_vs_eager"] == 0.5
+    assert counts_text(summary) == "correct 1/2 · failed 1 · unsupported 0 · stopped 1 (supported 2)"
+
+
+def test_problem_time_limit_must_be_positive(tmp_path):
+    done = subprocess.run(_bench(tmp_path, tmp_path / "out", tmp_path / "runs.db", "--problem-time-limit", "-1"),
+                          capture_output=True, text=True, env=cli_env(tmp_path), cwd=REPO, timeout=120)
+    assert done.returncode == 2 and "--problem-time-limit must be a positive number of seconds" in done.stderr
 
 
 def test_time_limit_must_be_positive(tmp_path):
@@ -296,3 +368,25 @@ def test_the_last_verdict_is_the_last_judged_iteration_not_a_refusal_after_it(tm
         store.finish_run(run_id, "failed", error="the candidate failed; it has no other variant")
         rec = run_record(store, run_id, SuiteProblem("level2/1_Conv", 2, tmp_path / "1_Conv.py"), time.monotonic())
     assert (rec["last_status"], rec["reason"], rec["status"]) == ("runtime_error", crash, "failed")
+
+
+def test_a_records_times_agree_with_its_speedups(tmp_path):
+    """The best re-timed head to head (2.62 ms, 0.09x vs eager) while its own iteration's verdict timed eager at
+    2.81 ms in another evaluation: the record's eager time is the one its speedup came from."""
+    import time
+
+    from kforge_core.bench.problem_run import run_record
+    from kforge_core.store import open_store
+
+    with open_store(tmp_path / "runs.db") as store:
+        run_id = store.create_run("pool", RELU, "cpu", agent="builtin")
+        store.start_run(run_id)
+        store.start_iteration(run_id, 0, "functional")
+        store.finish_iteration(run_id, 0, "correct", candidate_ms=2.5, speedup_vs_eager=1.1,
+                               verdict={"status": "correct", "target": "cpu", "candidate_ms": 2.5, "eager_ms": 2.81,
+                                        "compiled_ms": 2.97})
+        store.set_best(run_id, 0, speedup_vs_eager=0.1, speedup_vs_compiled=2.0, candidate_ms=2.6)
+        store.finish_run(run_id, "succeeded")
+        rec = run_record(store, run_id, SuiteProblem("level1/41_Max", 1, tmp_path / "41_Max.py"), time.monotonic())
+    assert rec["candidate_ms"] == 2.6 and rec["speedup_vs_eager"] == 0.1
+    assert rec["eager_ms"] == pytest.approx(0.26) and rec["compiled_ms"] == pytest.approx(5.2)

@@ -142,12 +142,17 @@ def test_argmax_argmin_int64_outputs(agent):
 def test_gpu_writers_write_every_family(agent, target):
     """Statically (no GPU needed): every GPU writer writes these families with nothing kept in PyTorch, plain and
     with every move; the GPU tests (tests/gpu/test_gpu_builtin_kernelbench.py) judge them on the device."""
+    writes_every_case(agent, target, CASES)
+
+
+def writes_every_case(agent, target: str, cases: dict[str, str]) -> None:
+    """Each case is written for `target` with nothing kept in PyTorch, plain and with every move, and compiles."""
     from kforge_core.synth.schedule import order_for
 
     full = Schedule()
     for move in order_for("mps" if target == "metal" else "cuda"):
         full = full.with_move(move)
-    for case, src in CASES.items():
+    for case, src in cases.items():
         for sched in (Schedule(), full):
             res = agent.synthesize(src, target, sched, case)
             assert res.program, f"{case}: {res.error}"

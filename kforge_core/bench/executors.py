@@ -4,8 +4,10 @@ An executor gets the problems still to do and calls `on_record(record)` once per
 process (the bench writes progress and reports there, and nothing else writes them). It must leave a problem
 unrecorded when it did not finish -- Ctrl-C raises KeyboardInterrupt out of `run` after closing the runs it had
 started -- so that re-running the bench does that problem again. `should_start()` (when given) is asked before
-each problem starts: once it says False, no new problem starts, the ones running finish and are recorded, and
-`run` returns (the bench's time limit). The Ray executor lives in ray_driver.py.
+each problem starts: once it says False, no new problem starts and `run` returns (the bench's time limit). A
+running problem is stopped at its own cap (`cfg.problem_time_limit_s`) and at the bench's deadline (`should_start`'s
+`deadline`), through the run's cancel path, and recorded as stopped (problem_run.stopped_record): a resumed bench
+runs it again. The Ray executor lives in ray_driver.py.
 """
 
 from __future__ import annotations
@@ -63,10 +65,11 @@ class LocalExecutor:
             should_start: ShouldStart | None = None) -> None:
         from .problem_run import solve_here
 
+        # A deadline in wall-clock time, the same for every process here: the pool's workers ask the clock when
+        # they take a problem, and every running problem is stopped there.
+        deadline = _wall_deadline(should_start)
         if self.devices > 1 and len(problems) > 1:
-            # The pool hands out every task at once; a worker asks the clock when it takes one (a deadline in
-            # wall-clock time, the same for every process here) and returns None for one it must not start.
-            deadline = _wall_deadline(should_start)
+            # The pool hands out every task at once; a worker returns None for one it must not start.
             ctx = mp.get_context("spawn")
             queue = ctx.Queue()
             for d in visible_devices(self.devices):
@@ -79,7 +82,7 @@ class LocalExecutor:
             for p in problems:
                 if should_start is not None and not should_start():
                     return
-                on_record(solve_here(p, cfg))
+                on_record(solve_here(p, cfg, deadline))
 
 
 def visible_devices(n: int) -> list[str]:
@@ -105,7 +108,7 @@ def _solve_star(args) -> dict | None:
     problem, cfg, deadline = args
     if deadline is not None and time.time() >= deadline:
         return None  # the time limit passed before this worker got to it: left for the next run
-    return solve_here(problem, cfg)
+    return solve_here(problem, cfg, deadline)
 
 
 def make_executor(cfg) -> Executor:

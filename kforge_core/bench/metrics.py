@@ -8,7 +8,9 @@ measured speedup (below 1) enters the means as it is, and it is never a gain.
 
 Every problem ends with one outcome (`outcome_of`): `correct`; `unsupported` (the agent said it cannot write the
 problem: the built-in's reach, not a failure); `failed` (the agent wrote programs, none correct: the record says
-the last verdict and its reason); `error` (the problem itself could not be run, e.g. its file does not import).
+the last verdict and its reason); `error` (the problem itself could not be run, e.g. its file does not import);
+`stopped` (its run was stopped at the bench's time limit or its own: it did not get its time, so it is counted and
+listed but left out of the rates -- correctness, fast_p, the means -- and a resumed bench runs it again).
 `supported` counts correct + failed. The counts are given overall, per level and per problem kind (kinds.py).
 
 Records say which device each problem ran on. When a bench spans several kinds of device (a cluster of mixed
@@ -23,10 +25,13 @@ import statistics
 
 P_VALUES = (0.0, 1.0, 1.2, 1.5, 2.0)
 BASELINES = ("eager", "compiled")
-OUTCOMES = ("correct", "failed", "unsupported", "error")
+OUTCOMES = ("correct", "failed", "unsupported", "error", "stopped")
+STOPPED = "stopped"
 
 
 def outcome_of(record: dict) -> str:
+    if record.get("status") == STOPPED:
+        return STOPPED
     if record.get("correct"):
         return "correct"
     if record.get("status") == "unsupported":
@@ -69,10 +74,17 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def rated(records: list[dict]) -> list[dict]:
+    """The records the rates are over: all but the stopped ones (they did not get their time)."""
+    return [r for r in records if outcome_of(r) != STOPPED]
+
+
 def summarize(records: list[dict]) -> dict:
+    everything, counts = records, outcome_counts(records)
+    records = rated(records)
     n = len(records)
     correct = [r for r in records if r.get("correct")]
-    out: dict = {"problems": n, **outcome_counts(records), "correctness_rate": len(correct) / n if n else None}
+    out: dict = {**counts, "problems": n + counts[STOPPED], "correctness_rate": len(correct) / n if n else None}
     for b in BASELINES:
         speeds = [_speedup(r, b) for r in correct]
         known = [s for s in speeds if s is not None]
@@ -86,15 +98,15 @@ def summarize(records: list[dict]) -> dict:
     out["geomean_speedup_vs_best_baseline_supported_failures_as_1"] = geomean(
         [(best_baseline_speedup(r) or 1.0) if r.get("correct") else 1.0
          for r in records if outcome_of(r) in ("correct", "failed")])
-    levels = sorted({r.get("level") for r in records if r.get("level") is not None})
-    out["per_level"] = {str(lv): summarize_level([r for r in records if r.get("level") == lv]) for lv in levels}
-    kinds = sorted({r["kind"] for r in records if r.get("kind")}, key=_kind_rank)
-    out["per_kind"] = {k: summarize_level([r for r in records if r.get("kind") == k]) for k in kinds}
-    devices = sorted({r["device"] for r in records if r.get("device")})
+    levels = sorted({r.get("level") for r in everything if r.get("level") is not None})
+    out["per_level"] = {str(lv): summarize_level([r for r in everything if r.get("level") == lv]) for lv in levels}
+    kinds = sorted({r["kind"] for r in everything if r.get("kind")}, key=_kind_rank)
+    out["per_kind"] = {k: summarize_level([r for r in everything if r.get("kind") == k]) for k in kinds}
+    devices = sorted({r["device"] for r in everything if r.get("device")})
     out["devices"] = devices
     if len(devices) > 1:
         out["mixed_devices"] = devices
-        out["per_device"] = {d: summarize_level([r for r in records if r.get("device") == d]) for d in devices}
+        out["per_device"] = {d: summarize_level([r for r in everything if r.get("device") == d]) for d in devices}
     return out
 
 
@@ -110,9 +122,11 @@ def _kind_rank(kind: str) -> tuple:
 
 
 def summarize_level(records: list[dict]) -> dict:
-    """The figures of a part of the bench (a level, a kind, a device)."""
+    """The figures of a part of the bench (a level, a kind, a device); rates without its stopped problems."""
+    counts = outcome_counts(records)
+    records = rated(records)
     return {
-        "problems": len(records), **outcome_counts(records),
+        **counts, "problems": len(records) + counts[STOPPED],
         **{f"fast_1_vs_{b}": fast_p(records, 1.0, b) for b in BASELINES},
         **{f"geomean_speedup_vs_{b}_failures_as_1": geomean(
             [(_speedup(r, b) or 1.0) if r.get("correct") else 1.0 for r in records]) for b in BASELINES},
@@ -128,10 +142,11 @@ def best_baseline_speedup(record: dict) -> float | None:
 
 
 def counts_text(summary: dict) -> str:
-    """"correct 9/23 · failed 5 · unsupported 8 · error 1 (supported 14)": the outcomes apart, in one line."""
+    """"correct 9/23 · failed 5 · unsupported 8 · error 1 · stopped 2 (supported 14)": the outcomes apart, in one
+    line (correct out of the problems that were not stopped)."""
     n = summary["problems"]
-    parts = [f"correct {summary['correct']}/{n}"] + [f"{o} {summary.get(o, 0)}" for o in OUTCOMES[1:]
-                                                    if o != "error" or summary.get(o)]
+    parts = [f"correct {summary['correct']}/{n - summary.get(STOPPED, 0)}"] + [
+        f"{o} {summary.get(o, 0)}" for o in OUTCOMES[1:] if o not in ("error", STOPPED) or summary.get(o)]
     slow = f" · correct but slower than eager {summary['correct_slower_than_eager']}" \
         if summary.get("correct_slower_than_eager") else ""
     return " · ".join(parts) + f" (supported {summary.get('supported', 0)}){slow}"
@@ -141,5 +156,6 @@ def partial_text(summary: dict) -> str:
     """"" for a complete bench; else what stopped it and how many problems it did not start."""
     if not summary.get("partial"):
         return ""
+    stopped = f", {summary['stopped']} stopped at the time limit" if summary.get("stopped") else ""
     return (f"partial: {summary.get('stopped_by') or 'stopped early'}; {summary.get('not_run')} of "
-            f"{summary.get('suite_problems')} problems not run (run the same command to go on)")
+            f"{summary.get('suite_problems')} problems not run{stopped} (run the same command to go on)")

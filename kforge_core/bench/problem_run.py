@@ -4,6 +4,7 @@ work), and the record the bench keeps of it, wherever it ran."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,7 @@ def problem_base(problem: SuiteProblem) -> dict:
 
 
 REASON_CHARS = 300
+STOPPED = "stopped"  # a record's status (and outcome) when the time limit stopped its run
 
 
 def trim_reason(text: str | None, limit: int = REASON_CHARS) -> str:
@@ -85,6 +87,21 @@ def _last_judged(iterations: list[dict]) -> dict | None:
     return (judged or finished or [None])[-1]
 
 
+def _best_times(run: dict, verdict: dict) -> dict:
+    """The best's time and the baselines' times *from the evaluation its speedups came from*. The best's time and
+    speedups may come from the end-of-run head-to-head while the best iteration's own verdict carries the eager and
+    torch.compile times of another evaluation; on a noisy box the mix read "2.62 ms vs eager 2.81 ms: 0.09x". The
+    speedups are ratios within one evaluation, so that evaluation's baseline times are the best's time times them."""
+    cand = run.get("best_candidate_ms") or verdict.get("candidate_ms")
+    times = {"candidate_ms": cand, "eager_ms": verdict.get("eager_ms") or run.get("eager_ms"),
+             "compiled_ms": verdict.get("compiled_ms") or run.get("compiled_ms")}
+    for key, speedup in (("eager_ms", run.get("best_speedup_vs_eager")),
+                         ("compiled_ms", run.get("best_speedup_vs_compiled"))):
+        if cand and speedup:
+            times[key] = cand * speedup
+    return times
+
+
 def run_record(store, run_id: str, problem: SuiteProblem, start: float, **where) -> dict:
     """A finished run as one bench record; `where`: node, device (and attempts) it ran on."""
     run = store.get_run(run_id)
@@ -98,9 +115,7 @@ def run_record(store, run_id: str, problem: SuiteProblem, start: float, **where)
     return {**problem_base(problem), "status": run["status"], "correct": best is not None, "run_id": run["id"],
             "last_status": (last or {}).get("status"), "reason": reason,
             "coverage": _coverage(store, run_id, run.get("best_iteration")),
-            "candidate_ms": run.get("best_candidate_ms") or verdict.get("candidate_ms"),
-            "eager_ms": verdict.get("eager_ms") or run.get("eager_ms"),
-            "compiled_ms": verdict.get("compiled_ms") or run.get("compiled_ms"),
+            **_best_times(run, verdict),
             "speedup_vs_eager": run.get("best_speedup_vs_eager"),
             "speedup_vs_compiled": run.get("best_speedup_vs_compiled"),
             **slower_than_fields(run.get("best_speedup_vs_eager"), run.get("best_speedup_vs_compiled")),
@@ -117,8 +132,54 @@ def slower_than_fields(speedup_vs_eager: float | None, speedup_vs_compiled: floa
     return {"slower_than_eager": EAGER in where.slower_than, "slower_than_compiled": COMPILED in where.slower_than}
 
 
-def solve_here(problem: SuiteProblem, cfg: BenchConfig) -> dict:
-    """One problem's synthesis run in this process (the local executor's unit of work)."""
+def stop_at(cap_s: float | None, bench_deadline: float | None) -> float | None:
+    """When a problem starting now must be stopped (time.time()): after its own cap, and no later than the bench's
+    deadline; None: never."""
+    ends = [t for t in (bench_deadline, None if cap_s is None else time.time() + cap_s) if t is not None]
+    return min(ends) if ends else None
+
+
+def stopped_record(record: dict, after_s: float) -> dict:
+    """A run stopped at the time limit, as its own outcome: not a failure (the problem did not get its time) and
+    not correct even when a correct program was found before (its speedups would be an unfinished run's); a resumed
+    bench runs it again. What it had reached is kept under `before_stop_*`."""
+    reason = f"stopped at the time limit after {after_s:.0f} s"
+    if record.get("correct"):
+        sx = record.get("speedup_vs_eager")
+        reason += " (a correct program was found before" + (f", {sx:.2f}x vs eager)" if sx else ")")
+    return {**record, "status": STOPPED, "correct": False, "reason": reason, "stopped_after_s": round(after_s, 1),
+            "before_stop_correct": bool(record.get("correct")),
+            "before_stop_speedup_vs_eager": record.get("speedup_vs_eager"),
+            "speedup_vs_eager": None, "speedup_vs_compiled": None,
+            "slower_than_eager": False, "slower_than_compiled": False}
+
+
+class _CapTimer:
+    """Cancels run `run_id` through the store (the path `runs cancel` takes: the loop stops at its next check
+    point, an evaluation's process group is killed) once `when` (time.time()) has come."""
+
+    def __init__(self, db_path, run_id: str, when: float | None):
+        self.fired = False
+        self._timer = None
+        if when is not None:
+            self._timer = threading.Timer(max(0.0, when - time.time()), self._fire, args=(db_path, run_id))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self, db_path, run_id: str) -> None:
+        from ..loop import cancel_run
+
+        self.fired = True
+        cancel_run(db_path, run_id)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def solve_here(problem: SuiteProblem, cfg: BenchConfig, bench_deadline: float | None = None) -> dict:
+    """One problem's synthesis run in this process (the local executor's unit of work). The run is stopped after
+    `cfg.problem_time_limit_s` and at `bench_deadline` (time.time()), and then recorded as stopped."""
     from ..loop import create_run, execute_run
     from ..store import open_store
 
@@ -128,9 +189,15 @@ def solve_here(problem: SuiteProblem, cfg: BenchConfig) -> dict:
         rc = checked_run_config(problem, cfg)
         with open_store(cfg.db_path) as store:
             run_id = create_run(store, rc)
-        if execute_run(cfg.db_path, run_id, rc) == "cancelled":
+        cap = _CapTimer(cfg.db_path, run_id, stop_at(cfg.problem_time_limit_s, bench_deadline))
+        try:
+            status = execute_run(cfg.db_path, run_id, rc)
+        finally:
+            cap.cancel()
+        if status == "cancelled" and not cap.fired:
             raise KeyboardInterrupt  # interrupted, not finished: this problem must run again on resume
         with open_store(cfg.db_path) as store:
-            return run_record(store, run_id, problem, start, **where)
+            record = run_record(store, run_id, problem, start, **where)
+        return stopped_record(record, record["wall_s"]) if status == "cancelled" else record
     except KForgeError as e:
         return error_record(problem, str(e), start, **where)

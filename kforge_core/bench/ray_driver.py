@@ -100,7 +100,8 @@ class RayExecutor:
     def run(self, problems: list[SuiteProblem], cfg, on_record, should_start=None) -> None:
         if should_start is not None:  # every task is submitted at once; Ray would need to cancel queued ones
             raise UsageError("--time-limit is for this machine's executor; a bench on a Ray cluster runs to the end "
-                             "(Ctrl-C stops it, and the same command resumes)")
+                             "(Ctrl-C stops it, and the same command resumes); --problem-time-limit caps each "
+                             "problem there")
         if not problems:
             return
         ray = import_ray()
@@ -139,7 +140,7 @@ class RayExecutor:
             while waiting and (window is None or len(pending) < window):
                 item = waiting.pop(0)
                 item.start = time.monotonic()
-                item.ref = task.remote(item.problem.name, item.config, mailbox, candidates)
+                item.ref = task.remote(item.problem.name, item.config, mailbox, candidates, cfg.problem_time_limit_s)
                 pending[item.ref] = item
 
         with open_store(cfg.db_path) as store:
@@ -208,7 +209,7 @@ class RayExecutor:
             self.on_start(p.problem.name, info["node_id"])
 
     def _finish(self, ray, store, p: _Problem, ref) -> dict:
-        from .problem_run import error_record, run_record
+        from .problem_run import error_record, run_record, stopped_record
 
         try:
             result = ray.get(ref)
@@ -228,7 +229,10 @@ class RayExecutor:
         if p.live is None or p.live.attempt != result["attempt"]:  # never started a run (e.g. no such target)
             return error_record(p.problem, result.get("error") or "the task sent no events", p.start, **where)
         self._close(p, "failed", "the worker stopped without finishing the run")
-        return run_record(store, p.live.run_id, p.problem, p.start, **where)
+        record = run_record(store, p.live.run_id, p.problem, p.start, **where)
+        if result.get("stopped_after_s") is not None:  # the task's own cap stopped its loop: runs again on resume
+            return stopped_record(record, result["stopped_after_s"])
+        return record
 
     def _close(self, p: _Problem, status: str, why: str) -> None:
         """Close the live attempt's run if its events did not (a no-op after its run_finished)."""

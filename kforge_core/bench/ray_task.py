@@ -67,8 +67,12 @@ class Outbox:
             ray.get(self._last)
 
 
-def solve_on_node(key: str, config, mailbox, candidates: dict | None = None) -> dict:
+def solve_on_node(key: str, config, mailbox, candidates: dict | None = None, cap_s: float | None = None) -> dict:
     """Run one problem's synthesis here, sending its events to `mailbox`; return where it ran.
+
+    `cap_s`: the problem's time limit, counted from when this attempt starts. The loop stops itself there through
+    its own cancel check (an evaluation's process group is killed as for a cancel), the run ends cancelled and the
+    result says `stopped_after_s`, so the driver records the problem as stopped at the time limit.
 
     `candidates`: best-of-k on the cluster -- this task holds no device and evaluates each candidate as a Ray
     task asking for these resources and retried this often ({"resources", "max_retries"}; ray_candidates.py).
@@ -85,16 +89,33 @@ def solve_on_node(key: str, config, mailbox, candidates: dict | None = None) -> 
         return {"attempt": attempt, **here, "device": None, "error": str(e)}
     outbox = Outbox(mailbox, key, attempt)
     outbox.add({"kf": "start", **here, "pid": os.getpid()}, now=True)
+    started = time.monotonic()
+    cap = _Cap(cap_s)
     try:
         generation, analysis = build_agents(config)
-        for event in Synthesis(config, generation, analysis, platform=platform, **loop_options).events():
+        for event in Synthesis(config, generation, analysis, platform=platform, should_cancel=cap,
+                               **loop_options).events():
             outbox.add(event)
     except KForgeError as e:  # before the loop started (agents, problem) or while running it
         outbox.add({"kf": "abort", "status": "failed", "error": str(e)})
     except Exception as e:  # a bug: close the run with it rather than lose the problem's record
         outbox.add({"kf": "abort", "status": "failed", "error": f"internal error: {type(e).__name__}: {e}"})
     outbox.close()
-    return {"attempt": attempt, **here}
+    return {"attempt": attempt, **here,
+            **({"stopped_after_s": time.monotonic() - started} if cap.fired else {})}
+
+
+class _Cap:
+    """The loop's `should_cancel` for a time limit: True (and remembered) once `seconds` have passed."""
+
+    def __init__(self, seconds: float | None):
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.fired = False
+
+    def __call__(self) -> bool:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.fired = True
+        return self.fired
 
 
 def _where_candidates_run(target: str, here: dict, candidates: dict | None):

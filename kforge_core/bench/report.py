@@ -90,7 +90,7 @@ they are).
 fast_p is the share of all problems that are correct and more than p× faster than the baseline.</p>
 <table><tr><th></th><th>vs eager</th><th>vs torch.compile</th></tr>{fast_rows}{geo_rows}</table>{mixed}
 <h2>Per level and per kind</h2><table><tr><th></th><th>problems</th><th>correct</th><th>correct, slower than eager</th>
-<th>failed</th><th>unsupported</th><th>error</th><th>fast_1 vs eager</th><th>fast_1 vs compile</th>
+<th>failed</th><th>unsupported</th><th>error</th><th>stopped at the time limit</th><th>fast_1 vs eager</th><th>fast_1 vs compile</th>
 <th>geomean vs the better baseline (correct only)</th></tr>{part_rows}</table>
 {fig_a}{fig_b}
 <h2>Problems</h2><p>In the order they ran (stratified by kind). <i>last verdict</i> and <i>reason</i>: the last
@@ -113,6 +113,6 @@ def _partial_html(summary: dict) -> str:
 def _part_row(label: str, s: dict) -> str:
     return (f"<tr><td>{label}</td><td>{s['problems']}</td><td>{s['correct']}</td>"
             f"<td>{s.get('correct_slower_than_eager', 0)}</td><td>{s.get('failed', 0)}</td>"
-            f"<td>{s.get('unsupported', 0)}</td><td>{s.get('error', 0)}</td>"
+            f"<td>{s.get('unsupported', 0)}</td><td>{s.get('error', 0)}</td><td>{s.get('stopped', 0)}</td>"
             f"<td>{_fmt(s['fast_1_vs_eager'], True)}</td><td>{_fmt(s['fast_1_vs_compiled'], True)}</td>"
             f"<td>{_fmt(s.get('geomean_speedup_vs_best_baseline_correct_only'))}</td></tr>")

@@ -2,8 +2,10 @@
 
 Resumable: each finished problem is appended to DIR/progress.jsonl; re-running the same command skips those.
 Problems run in a stratified order (kinds.py: one of every kind first, then each kind near its share), so a bench
-cut short -- by `time_limit_s` (no new problem starts after it; the running one finishes and is recorded), Ctrl-C
-or a device lease running out -- has measured a representative part of the suite, and the next run goes on.
+cut short -- by `time_limit_s` (no new problem starts after it, and the running one is stopped there), Ctrl-C or a
+device lease running out -- has measured a representative part of the suite, and the next run goes on. A problem
+stopped by the time limit (the bench's, or its own `problem_time_limit_s`) is recorded as `stopped` with how long
+it ran, counted and listed but left out of the rates, and run again by the next run of the same command.
 Where the problems run is the executor's business (executors.py): this machine, one worker per device (the
 default), or a Ray cluster (`cluster`, ray_driver.py). Either way only this process writes progress.jsonl and the
 reports, and every record says on which node and device its problem ran.
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from .kinds import problem_kind, stratified
-from .metrics import outcome_of
+from .metrics import STOPPED, outcome_of
 from .report import write_reports
 from .suite import SuiteProblem, resolve_suite
 
@@ -47,7 +49,8 @@ class BenchConfig:
     min_custom_share: float | None = None  # below it a correct candidate counts as not faster (see below_share)
     cluster: str | None = None  # a Ray address ("auto", "ray://HOST:PORT", "HOST:PORT"); None: this machine
     cpus_per_task: float = 1.0  # Ray: CPU cores one CPU-target problem asks for
-    time_limit_s: float | None = None  # no problem starts after this many seconds (this machine's executor)
+    time_limit_s: float | None = None  # no problem starts after this many seconds, a running one is stopped there
+    problem_time_limit_s: float | None = None  # a problem's run is stopped after this many seconds
 
 
 def _load_progress(path: Path) -> dict[str, dict]:
@@ -74,10 +77,13 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     progress_path = cfg.out_dir / "progress.jsonl"
     done = _load_progress(progress_path)
-    todo = [p for p in problems if p.name not in done]
-    if done:
-        progress(f"resuming: {len(done)} of {len(problems)} problems already done, {len(todo)} to go")
+    # a problem stopped at the time limit did not get its time: it runs again (its record stays until then)
+    todo = [p for p in problems if p.name not in done or outcome_of(done[p.name]) == STOPPED]
     finished = len(problems) - len(todo)
+    if done:
+        again = sum(1 for p in todo if p.name in done)
+        progress(f"resuming: {finished} of {len(problems)} problems already done, {len(todo)} to go"
+                 + (f" ({again} stopped at the time limit before, run again)" if again else ""))
 
     def note(rec: dict) -> None:
         nonlocal finished
@@ -100,7 +106,8 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
     meta = {"suite": cfg.suite, "level": cfg.level, "target": cfg.target, **executor.describe(),
             "agent": cfg.agent, "model": cfg.model, "size_class": cfg.size_class, "tolerance": cfg.tolerance,
             "max_functional_iters": cfg.max_functional_iters, "max_optimization_iters": cfg.max_optimization_iters,
-            "order": "stratified by problem kind", "time_limit_s": cfg.time_limit_s}
+            "order": "stratified by problem kind", "time_limit_s": cfg.time_limit_s,
+            "problem_time_limit_s": cfg.problem_time_limit_s}
     limit = None
     if cfg.time_limit_s is not None:
         from .executors import TimeLimit
@@ -116,18 +123,25 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
         progress(f"interrupted after {len(done)} of {len(problems)} problems; run the same command to resume")
         raise
     completion = _completion(done, problems, cfg.time_limit_s if limit is not None and not limit() else None)
-    if completion["partial"]:
+    if completion["not_run"] and completion["stopped_by"]:
         progress(f"time limit of {cfg.time_limit_s:g} s reached: {completion['not_run']} of {len(problems)} "
                  f"problems not started; run the same command to go on")
+    if completion["stopped"]:
+        progress(f"{completion['stopped']} problem(s) stopped at the time limit; the same command runs them again")
     return write_reports(cfg.out_dir, _judged(done, problems, kinds, cfg),
                          {**meta, "min_custom_share": cfg.min_custom_share, **completion})
 
 
 def _completion(done: dict[str, dict], problems: list[SuiteProblem], limit_hit: float | None = None) -> dict:
-    """Whether the results cover the whole suite; what stopped them when not."""
+    """Whether the results cover the whole suite; what stopped them when not (problems not started, problems
+    stopped at the time limit: both run on resume)."""
     left = sum(1 for p in problems if p.name not in done)
+    stopped = sum(1 for p in problems if p.name in done and outcome_of(done[p.name]) == STOPPED)
     why = (f"time limit of {limit_hit:g} s reached" if limit_hit is not None else "interrupted") if left else None
-    return {"partial": bool(left), "suite_problems": len(problems), "not_run": left, "stopped_by": why}
+    if stopped and why is None:
+        why = "time limit reached"
+    return {"partial": bool(left or stopped), "suite_problems": len(problems), "not_run": left, "stopped": stopped,
+            "stopped_by": why}
 
 
 def _judged(done: dict[str, dict], problems, kinds: dict[str, str], cfg: BenchConfig) -> list[dict]:

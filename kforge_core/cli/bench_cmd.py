@@ -52,8 +52,12 @@ def register(sub) -> None:
     p.add_argument("--cpus-per-task", type=float, default=1.0,
                    help="with --cluster and the CPU target: cores one problem asks for (default 1)")
     p.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                   help="start no new problem after SECONDS (the running one finishes and is recorded); the "
-                        "results say they are partial, and re-running the same command goes on")
+                   help="start no new problem after SECONDS and stop the running one there (recorded as stopped at "
+                        "the time limit); the results say they are partial, and re-running the same command goes "
+                        "on, the stopped problem first")
+    p.add_argument("--problem-time-limit", type=float, default=None, metavar="SECONDS",
+                   help="stop a problem's run after SECONDS (its outcome: stopped at the time limit, left out of "
+                        "the rates, run again by the same command); with --cluster too")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--min-custom-share", type=float, default=None, metavar="FRACTION",
                    help="count a correct candidate whose own kernels take less than this share of its forward's "
@@ -83,12 +87,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--min-custom-share must be a fraction between 0 and 1, got {args.min_custom_share:g}")
     if args.time_limit is not None and not args.time_limit > 0:
         raise UsageError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
+    if args.problem_time_limit is not None and not args.problem_time_limit > 0:
+        raise UsageError(f"--problem-time-limit must be a positive number of seconds, got {args.problem_time_limit:g}")
     if args.best_of < 1:
         raise UsageError(f"--best-of must be at least 1, got {args.best_of}")
     cluster, _ = resolve_address(args.cluster)
     if cluster and args.time_limit is not None:
         raise UsageError("--time-limit is for this machine's executor; a bench on a Ray cluster runs to the end "
-                         "(Ctrl-C stops it, and the same command resumes)")
+                         "(Ctrl-C stops it, and the same command resumes); --problem-time-limit caps each problem "
+                         "there")
     if cluster and args.devices:
         raise UsageError("--devices is for this machine; on a cluster Ray places one problem per free device")
     # on a cluster the target's devices are on the worker nodes, which check it; this machine may have none
@@ -105,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                       tolerance=args.tolerance, devices=args.devices, cluster=cluster,
                       cpus_per_task=args.cpus_per_task,
                       eval_baselines=not args.no_baselines, min_custom_share=args.min_custom_share,
-                      time_limit_s=args.time_limit)
+                      time_limit_s=args.time_limit, problem_time_limit_s=args.problem_time_limit)
     summary = run_bench(cfg)
     if args.json:
         print_json(summary)

@@ -4,7 +4,8 @@
 matrix products go to the vendor library, row operators and elementwise operators become kernel primitives, and
 anything the kernels cannot do is kept as a PyTorch call with a reason. The pieces live in their own modules:
 `ir` (the lowered form), `args` (encoded arguments), `operators` (operator names and classes), `pycall` (PyTorch
-calls for forward), `matmul`, `pointwise` and `rowops` (the lowerings), `cse` (duplicate primitives merged).
+calls for forward), `matmul`, `pointwise`, `rowops` and `pooling` (the lowerings), `cse` (duplicate primitives
+merged).
 
 Nothing here executes problem code: the description is plain JSON produced by the tracing child.
 """
@@ -17,6 +18,7 @@ from .ir import FLOAT, KERNEL_DTYPES, CannotEmit, Lowered, Prim, Py, Unsupported
 from .matmul import MatmulLowering
 from .operators import CASTS, GLUE, LIB, PY_SCALAR_OPS, ROW_OPS, OperatorCanon
 from .pointwise import PointwiseLowering
+from .pooling import PoolingLowering, pooling_kind
 from .pycall import PyCallWriter, attr_access
 from .rowops import RowOpLowering
 
@@ -25,7 +27,7 @@ __all__ = ["FLOAT", "KERNEL_DTYPES", "CannotEmit", "Lowered", "Lowerer", "Prim",
            "lower", "py_name", "render"]
 
 
-class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, RowOpLowering):
+class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, RowOpLowering, PoolingLowering):
     """One lowering of one description. The mixins hold the per-operator lowerings; they share the state set up
     here (`values`, `items`, `names`, `counted`, `labels`, ...) rather than passing it around."""
 
@@ -244,6 +246,11 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
                 except Unsupported as e:
                     raise CannotEmit(f"node {name} ({cname}) cannot be written as a PyTorch call in a standalone "
                                      f"candidate ({e})") from None
+                return
+            if (pool := pooling_kind(cname)) is not None:
+                if self.conservative:
+                    raise Unsupported("pooling kept in PyTorch in the conservative variant")
+                self._pool(n, cname, *pool)
                 return
             if value.kind != "t":
                 raise Unsupported(f"{cname} returns a {value.kind}")
