@@ -104,9 +104,18 @@ def verdict(event: dict, ctx: RenderContext) -> None:
                       for c in checks], hide_index=True, width="stretch")
     if v.get("kernel_launches"):
         st.caption(launches_text(v["kernel_launches"], v.get("kernel_launch_calls") or 0))
+    if v.get("reported_by_candidate"):
+        st.caption(reported_text(v["reported_by_candidate"]))
     if v.get("log_tail"):
         with st.expander("What the program printed (last lines)"):
             _html(plain_html(v["log_tail"]))
+
+
+def reported_text(fields: list[str]) -> str:
+    """Which verdict fields the judge took from the candidate's process as its claims."""
+    names = ", ".join(str(f).replace("_", " ") for f in fields)
+    return (f"Reported by the candidate's process (not measured by the judge): {names}. They cannot make a verdict "
+            f"correct or a time shorter.")
 
 
 def launches_text(launches: dict[str, int], calls: int) -> str:
