@@ -77,6 +77,15 @@ def _builtin_coverage(problem, target: str, size_class: str | None) -> dict:
     return {"ok": True, "text": result.notes, "kept": agent.last_report.get("kept") or {}}
 
 
+def _coverage(request: dict) -> int:
+    """What the built-in synthesizer covers of one gallery level's problems on one target (app.gallery_coverage).
+    The request names a level, never a source: only gallery files are surveyed this way."""
+    from app.gallery_coverage import compute
+    from kforge_core.gallery import list_problems
+
+    return compute([p.source for p in list_problems(int(request["level"]))], request["target"])
+
+
 def _ceilings(request: dict) -> dict:
     from app.ceilings import measure_in_this_process
 
@@ -111,7 +120,8 @@ def _manual(request: dict) -> dict:
     return {"run_id": run_id, "pid": pid}
 
 
-JOBS = {"targets": _targets, "validate": _validate, "ceilings": _ceilings, "start": _start, "manual": _manual}
+JOBS = {"targets": _targets, "validate": _validate, "ceilings": _ceilings, "start": _start, "manual": _manual,
+        "coverage": _coverage}
 
 
 def main(argv: list[str]) -> int:

@@ -76,6 +76,35 @@ def kernel_sources(program: str) -> list[tuple[str, int, str]]:
     return found
 
 
+# Where a kernel's own text starts inside its source: the lines before it (includes, math helpers, offset helpers)
+# are the source's prelude, the same in every program of a target.
+_KERNEL_STARTS = ('extern "C"', "__global__", "kernel void", "@triton.jit", "template <", "template<")
+_LABEL_PREFIXES = ("//", "#")
+
+
+def prelude_lines(source: str) -> int:
+    """How many leading lines of a kernel source come before its first kernel (with the comment lines just above
+    it, which name what the kernel computes); 0 when no kernel start is recognised (then all of it is shown)."""
+    lines = source.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith(_KERNEL_STARTS)), None)
+    if start is None:
+        return 0
+    while start > 0 and lines[start - 1].lstrip().startswith(_LABEL_PREFIXES) \
+            and not lines[start - 1].lstrip().startswith(("#include", "#define", "#pragma", "import", "#if")):
+        start -= 1
+    return start
+
+
+# The built-in synthesizer's one-line JSON marker (kforge_core.synth.schedule.MARKER) as pygments writes it: a
+# comment span. It gets a class of its own so the stylesheet wraps it inside the pane instead of running off it.
+_MARKER_SPAN = '<span class="c1"># kforge-builtin:'
+
+
+def wrap_marker(html_text: str) -> str:
+    """Highlighted program HTML with the built-in marker's line wrapping (class `kf-marker`)."""
+    return html_text.replace(_MARKER_SPAN, '<span class="c1 kf-marker"># kforge-builtin:', 1)
+
+
 _DIFF_STYLE = """<style>
 table.diff {font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12px; border-collapse: collapse;
             width: 100%; table-layout: fixed}

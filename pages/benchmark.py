@@ -42,23 +42,35 @@ def _gallery_counts() -> dict[str, int]:
     return {"gallery": sum(counts.values()), **counts}
 
 
-def _bench_command_box(wall_per_problem_s: float | None) -> None:
+def _bench_command_box(wall_per_problem_s: float | None, best_of_then: int = 1) -> None:
     """A benchmark starts from the command line (it runs for minutes to hours, detached from any page): the command
-    for the chosen suite, ready to copy, with a rough time from the results open below when there are some."""
+    for the chosen suite and best-of-k, ready to copy, with a rough time from the results open below when there are
+    some (run with `best_of_then` candidates a step)."""
     with st.expander("Run a benchmark", icon=":material/terminal:"):
         counts = _gallery_counts()
-        suite = st.selectbox("Suite", list(counts), index=1 if len(counts) > 1 else 0, key="kf-bench-suite",
+        c1, c2 = st.columns([3, 1])
+        suite = c1.selectbox("Suite", list(counts), index=1 if len(counts) > 1 else 0, key="kf-bench-suite",
                              format_func=lambda k: f"{k} ({counts[k]} problems)")
-        out = f"bench/out/{suite.replace(':', '_')}"
-        st.code(f"python -m kforge_core bench --suite {suite} --target cpu --agent builtin --out {out}",
-                language="bash")
+        best_of = int(c2.number_input("Best of k", 1, 16, 1, key="kf-bench-best-of",
+                                      help="candidates per step, the best one kept (`--best-of K`): about k times "
+                                           "the evaluations; on a Ray cluster the k are evaluated at once"))
+        st.code(bench_command(suite, best_of), language="bash")
         if wall_per_problem_s:
-            minutes = counts[suite] * wall_per_problem_s / 60
+            minutes = counts[suite] * wall_per_problem_s * best_of / max(1, best_of_then) / 60
             st.caption(f"About {minutes:.0f} min at the {wall_per_problem_s:.0f} s per problem of the results open "
-                       "below. Re-running the same command resumes; open the folder here when it is done.")
+                       f"below (best of {best_of_then}"
+                       + (f", scaled to best of {best_of}" if best_of != best_of_then else "")
+                       + "). Re-running the same command resumes; open the folder here when it is done.")
         else:
-            st.caption("Each problem runs the full loop (several evaluations): minutes per problem on a 2-core "
-                       "CPU. Re-running the same command resumes; open the folder here when it is done.")
+            st.caption("Each problem runs the full loop (several evaluations, k candidates a step): minutes per "
+                       "problem on a 2-core CPU. Re-running the same command resumes; open the folder here when it "
+                       "is done.")
+
+
+def bench_command(suite: str, best_of: int) -> str:
+    out = f"bench/out/{suite.replace(':', '_')}" + (f"_best{best_of}" if best_of > 1 else "")
+    best = f" --best-of {best_of}" if best_of > 1 else ""
+    return f"python -m kforge_core bench --suite {suite} --target cpu --agent builtin{best} --out {out}"
 
 
 options = _candidates()
@@ -84,7 +96,7 @@ except (OSError, ValueError, KeyError, TypeError) as exc:
     st.stop()
 
 walls = sorted(r["wall_s"] for r in records if isinstance(r.get("wall_s"), (int, float)))
-_bench_command_box(walls[len(walls) // 2] if walls else None)
+_bench_command_box(walls[len(walls) // 2] if walls else None, int(meta.get("best_of_k") or 1))
 st.markdown(" · ".join(f"**{k}**: {v}" for k, v in meta.items() if v not in (None, "")))
 if partial_text(summary):
     st.warning(partial_text(summary), icon=":material/timelapse:")

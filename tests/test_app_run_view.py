@@ -253,3 +253,12 @@ def test_a_best_slower_than_eager_is_drawn_as_a_slowdown(app_env, use_targets):
     assert ":material/trophy:" not in body  # no trophy for a slowdown
     runs = app("runs").run()
     assert not runs.exception and "(16.00x slower)" in texts(runs)
+
+
+def test_claims_of_the_candidates_process_are_named_as_such():
+    """The verdict's fields the judge took from the candidate's process are listed in words, said to be claims."""
+    from app.render_result import reported_text
+
+    text = reported_text(["kernel_launches", "aten_ops", "profile"])
+    assert "kernel launches, aten ops, profile" in text
+    assert text.startswith("Reported by the candidate's process (not measured by the judge)")

@@ -67,17 +67,64 @@ def test_comparison_patched(monkeypatch):
 
 def test_candidate_timer_forged(monkeypatch):
     """The timer in the candidate's process made to report 1 µs per call. In one process the candidate's time
-    is the forged one and eager's too (same timer). With the judge, eager is timed by the judge (not forged) and
-    the forged reports fall far below the judge's brackets: on the CPU target a warning (a busy box wakes processes
-    too late for a tight bracket), on accelerators a rejection (harness/remote.py, timing_check). The CPU example's
-    sizes: a call of about a millisecond (the judge's bracket cannot bound calls of a few microseconds)."""
+    is the forged one and eager's too (same timer). With the judge, eager is timed by the judge (not forged), and
+    the forged reports fall far below the CPU time the caller read for the timed requests (over every core of the
+    machine): rejected on every target (harness/remote.py, timing_check; on accelerators the judge's brackets
+    reject it too). The CPU example's sizes: a call of about a millisecond."""
     alone, judged = _judged_and_alone(monkeypatch, "judge_forge_timer", EXAMPLE_PROBLEM, **QUICK_TIMING)
     assert alone.status == "correct" and alone.candidate_ms < 0.01 and alone.eager_ms < 0.01, \
         (alone.candidate_ms, alone.eager_ms)
-    assert judged.status == "correct", (judged.status, judged.reason)
-    assert judged.eager_ms > 0.01, "eager was timed where the candidate's forged clock could reach it"
-    assert any("could not confirm the reported times" in w for w in judged.warnings), judged.warnings
+    assert judged.status == "rejected", (judged.status, judged.reason)
+    assert "below the CPU time they used" in judged.reason and "[rule no-patching]" in judged.reason, judged.reason
     _says_disarmed(judged)
+
+
+@pytest.mark.parametrize("name", ["judge_defer_thread", "judge_defer_signal"])
+def test_work_deferred_past_the_call(monkeypatch, name):
+    """Most of the kernel's work deferred to a thread, or to a signal handler, after the call returned; the outputs
+    are finished before anything reads them. In one process: `correct` (and timed at one row's cost). With the
+    judge: rejected, the caller having read the candidate's process's CPU time around each request
+    (harness/cpu_check.py): the work shows after the timed calls returned, or inside the timed requests far above
+    what the report claims (harness/remote.py, timing_check)."""
+    alone, judged = _judged_and_alone(monkeypatch, name, EXAMPLE_PROBLEM, **QUICK_TIMING)
+    assert alone.status == "correct", (alone.status, alone.reason, alone.log_tail)
+    assert judged.status == "rejected", (judged.status, judged.reason, judged.checks)
+    assert "[rule no-deferred-work]" in judged.reason or "below the CPU time they used" in judged.reason, \
+        judged.reason
+
+
+@pytest.mark.parametrize("name,problem,options,status,says", [
+    ("stale_buffer", SWISH, {}, "incorrect", ""),
+    ("cache_data_ptr", SWISH, {}, "incorrect", ""),
+    ("mutate_inputs", SWISH, {}, "incorrect", "modified its inputs"),
+    ("first_output_only", PROBLEMS / "multi_output.py", {}, "incorrect", "output 1"),
+    ("warmup_detect", SWISH, QUICK_TIMING, "incorrect", "timed call"),
+])
+def test_output_tricks_caught_with_the_rules_disarmed(monkeypatch, name, problem, options, status, says):
+    """Tricks on the outputs (shared/EVAL_PITFALLS.md) are the judge's to catch, not the guards': with the static
+    rules and guards disarmed, the judge still gives each one its verdict."""
+    monkeypatch.setenv("KFORGE_UNSAFE_DISARM", "1")
+    monkeypatch.setenv("KFORGE_JUDGE", "1")
+    v = run_case(Case(f"disarmed_{name}", problem, HOSTILE / f"{name}.py", {"timing": False, **options}))
+    assert v.status == status and says in v.reason, (v.status, v.reason)
+    _says_disarmed(v)
+
+
+def test_contest_is_judged_per_contender(monkeypatch):
+    """A head-to-head contest: the honest CPU example against the deferred-work thread (rules and guards disarmed).
+    Judged, each contender runs in its own candidate's process and the judge's checks on its reported times fail
+    the deferring one, by name."""
+    from kforge_core.eval.evaluator import EvalOptions, head_to_head
+    from kforge_core.problem import load_problem
+
+    monkeypatch.setenv("KFORGE_UNSAFE_DISARM", "1")
+    monkeypatch.setenv("KFORGE_JUDGE", "1")
+    programs = {1: (EXAMPLE_PROBLEM.parent / "candidate.py").read_text(),
+                2: (HOSTILE / "judge_defer_thread.py").read_text()}
+    result = head_to_head(load_problem(path=EXAMPLE_PROBLEM), programs, "cpu",
+                          EvalOptions(**{k: v for k, v in QUICK_TIMING.items() if k != "timing"}))
+    assert "error" in result and "c2:" in result["error"], result
+    assert "below the CPU time they used" in result["error"] or "[rule no-deferred-work]" in result["error"], result
 
 
 def test_honest_candidate_is_judged_out_of_process(monkeypatch):
@@ -88,6 +135,9 @@ def test_honest_candidate_is_judged_out_of_process(monkeypatch):
     assert v.status == "correct", (v.reason, v.log_tail)
     names = [c["name"] for c in v.checks]
     assert "judged out of process" in names and "judge's clock" in names, names
+    cpu = next(c for c in v.checks if c["name"] == "CPU time outside calls")
+    assert cpu["passed"] and "not checked" not in cpu["detail"], cpu  # the caller's CPU probe was read
+    assert "kernel_launches" in v.reported_by_candidate, v.reported_by_candidate
     assert not any("disarmed" in w or "own process" in w for w in v.warnings), v.warnings
 
 

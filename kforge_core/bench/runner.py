@@ -106,7 +106,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
     meta = {"suite": cfg.suite, "level": cfg.level, "target": cfg.target, **executor.describe(),
             "agent": cfg.agent, "model": cfg.model, "size_class": cfg.size_class, "tolerance": cfg.tolerance,
             "max_functional_iters": cfg.max_functional_iters, "max_optimization_iters": cfg.max_optimization_iters,
-            "order": "stratified by problem kind", "time_limit_s": cfg.time_limit_s,
+            "best_of_k": cfg.best_of_k, "order": "stratified by problem kind", "time_limit_s": cfg.time_limit_s,
             "problem_time_limit_s": cfg.problem_time_limit_s}
     limit = None
     if cfg.time_limit_s is not None:

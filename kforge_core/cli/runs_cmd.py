@@ -61,8 +61,15 @@ def list_runs(args: argparse.Namespace) -> int:
         best = f"best {fmt_ms(r['best_candidate_ms'])} {fmt_x(r['best_speedup_vs_eager'])} vs eager" \
             if r["best_iteration"] is not None else "no correct program"
         print(f"{r['id']}  {r['created_at'][:19].replace('T', ' ')}  {r['status']:<11} {r['problem_name']} on "
-              f"{r['target']} ({r['agent']}{', ' + r['model'] if r['model'] else ''})  {best}")
+              f"{r['target']} ({written_by(r)})  {best}")
     return 0
+
+
+def written_by(run: dict) -> str:
+    """Who wrote the run's programs: a person for a manual run (the Workbench), else the agent and its model."""
+    if run.get("kind") == "manual":
+        return f"manual, by {run.get('author') or 'a person'}"
+    return run["agent"] + (f", {run['model']}" if run.get("model") else "")
 
 
 def show_run(args: argparse.Namespace) -> int:

@@ -163,9 +163,10 @@ def _merge_shared_baseline(verdict: Verdict, relay: baselines.BaselineRelay, ser
 def head_to_head(problem: Problem, programs: dict[int, str], target: str, options: EvalOptions | None = None, *,
                  on_stage: Callable[[dict], None] | None = None,
                  cancel: Callable[[], bool] | None = None) -> dict:
-    """Re-time `programs` ({iteration: source}) head to head in one child, interleaved with each other and the
-    baselines on the same inputs. Returns {"contenders": {iteration: Timing dict}, "eager", "compiled"} or
-    {"error": why}; raises EvaluationCancelled on a cancel."""
+    """Re-time `programs` ({iteration: source}) head to head in one evaluation, interleaved with each other and the
+    baselines on the same inputs: judged (each contender in its own candidate's process) unless KFORGE_JUDGE=0.
+    Returns {"contenders": {iteration: Timing dict}, "eager", "compiled", "checks", "warnings"} or {"error": why};
+    raises EvaluationCancelled on a cancel."""
     options = options or EvalOptions()
     platform = get_platform(target, require_available=True)
     names = {f"c{i}": i for i in programs}
@@ -178,17 +179,27 @@ def head_to_head(problem: Problem, programs: dict[int, str], target: str, option
         relay = baselines.BaselineRelay(server)
         request["remote_compiled"] = True
     files = {"problem.py": problem.source, **{f"{name}.py": programs[i] for name, i in names.items()}}
-    outcome = run_child(request, files, timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
-                        limit_address_space=platform.limit_address_space,
-                        fork_server_safe=platform.fork_server_safe, on_stage=on_stage, relay=relay, cancel=cancel)
+    limits = dict(timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
+                  limit_address_space=platform.limit_address_space, fork_server_safe=platform.fork_server_safe,
+                  on_stage=on_stage, relay=relay, cancel=cancel)
+    if judged.enabled():  # the judge alone, one candidate's process per contender (docs/EVALUATOR.md)
+        outcome = judged.run_judged(run_child, request, files,
+                                    contenders={name: programs[i] for name, i in names.items()}, **limits)
+    else:
+        outcome = run_child(request, files, **limits)
     if outcome.cancelled:
         raise EvaluationCancelled()
     r = outcome.result or {}
     if "contest" not in r:
         return {"error": r.get("reason") or f"the head-to-head child gave no result (exit {outcome.returncode})"}
     contest = r["contest"]
+    warnings = list(r.get("warnings") or [])
+    if not r.get("judged"):
+        warnings.append("timed in one process with every contender (KFORGE_JUDGE=0 or no memfd on this OS): code "
+                        "that gets past the static rules and guards could forge these times")
     return {"contenders": {i: contest[name] for name, i in names.items() if name in contest},
-            "eager": contest.get("eager"), "compiled": relay.summary() if relay is not None else None}
+            "eager": contest.get("eager"), "compiled": relay.summary() if relay is not None else None,
+            "checks": r.get("checks") or [], "warnings": warnings}
 
 
 def validate_problem(problem: Problem, target: str = "cpu", timeout_s: float = 120.0,

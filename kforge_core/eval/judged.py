@@ -13,6 +13,10 @@ seconds more, so a hang is the judge's timeout, not a lost peer). Once the judge
 stopped; when the judge says it lost its peer, the candidate's process gets a moment to finish dying so its exit
 status (a signal, an exit code, its memory or time limit) becomes the verdict's reason, as in one process.
 `KFORGE_JUDGE=0` runs the candidate in the judge's process instead (one child; docs/EVALUATOR.md, known limits).
+
+Each candidate's process also gets a CPU probe (`cpu_probe`): the caller reads that process tree's CPU time whenever
+the judge asks over a socket of its own, which the judge uses to see work done after a call returned. A head-to-head
+contest is the same with one candidate's process (and probe) per contender.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from .cpu_probe import CpuProbe
 from .sandbox import ChildOutcome
 
 PEER_GRACE_S = 3.0  # how long a lost candidate's process may take to be reaped with its own exit status
@@ -38,13 +43,16 @@ def enabled() -> bool:
 
 
 def run_judged(run_child: Callable[..., ChildOutcome], request: dict, files: dict[str, str], *, timeout_s: float,
-               cancel: Callable[[], bool] | None = None, **kwargs) -> ChildOutcome:
+               cancel: Callable[[], bool] | None = None, contenders: dict[str, str] | None = None,
+               **kwargs) -> ChildOutcome:
     """The judge's outcome (its result is the verdict), with the candidate's exit folded in when the judge lost it,
-    and both processes' logs."""
-    judge_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    and every process's logs. `contenders` ({name: source}, a head-to-head contest): one candidate's process per
+    contender, the judge holding `peer_fd_<name>` and `cpu_fd_<name>` for each; without it, one candidate's
+    process from `files["candidate.py"]` (`peer_fd`, `cpu_fd`)."""
+    problem = {"problem.py": files["problem.py"]}
+    sources = contenders if contenders is not None else {"": files["candidate.py"]}
     done = threading.Event()
     grace = {"until": None}
-    box: dict = {}
 
     def stop_worker() -> bool:
         if cancel is not None and cancel():
@@ -53,29 +61,56 @@ def run_judged(run_child: Callable[..., ChildOutcome], request: dict, files: dic
             return False
         return grace["until"] is None or time.monotonic() > grace["until"]
 
-    def work() -> None:
-        try:
-            box["outcome"] = run_child({**request, "mode": "worker"}, files, peer=worker_end,
-                                       timeout_s=timeout_s + PEER_EXTRA_TIMEOUT_S, cancel=stop_worker,
-                                       **{k: v for k, v in kwargs.items() if k not in ("on_stage", "relay")})
-        except BaseException as e:  # noqa: BLE001 - said in the verdict; the judge sees its peer gone
-            box["error"] = e
-        finally:
-            worker_end.close()
-
-    worker = threading.Thread(target=work, daemon=True, name="kforge-candidate-process")
-    worker.start()
+    worker_kwargs = {k: v for k, v in kwargs.items() if k not in ("on_stage", "relay")}
+    workers = {name: _Worker(run_child, request, {**problem, "candidate.py": source}, timeout_s, stop_worker,
+                             worker_kwargs) for name, source in sources.items()}
+    judge_peers = {}
+    for name, w in workers.items():
+        suffix = f"_{name}" if name else ""
+        judge_peers[f"peer_fd{suffix}"], judge_peers[f"cpu_fd{suffix}"] = w.judge_end, w.probe.judge_end
     judge = None
     try:
-        judge_files = {name: files[name] for name in ("problem.py", "candidate.py") if name in files}
-        judge = run_child(request, judge_files, peer=judge_end, timeout_s=timeout_s, cancel=cancel, **kwargs)
+        # the judge gets the candidates' sources too, for the static rules; it never imports them
+        judge = run_child(request, dict(files), peer=judge_peers, timeout_s=timeout_s, cancel=cancel, **kwargs)
     finally:
-        judge_end.close()
+        for w in workers.values():
+            w.judge_end.close()
         if judge is not None and judge.result is not None and judge.result.get("worker_lost"):
             grace["until"] = time.monotonic() + PEER_GRACE_S
         done.set()
-        worker.join()
-    return _merge(judge, box.get("outcome"), box.get("error"))
+        for w in workers.values():
+            w.join()
+    if contenders is not None:
+        logs = [w.box["outcome"].log for w in workers.values() if "outcome" in w.box] + [judge.log]
+        return replace(judge, log="\n".join(log for log in logs if log.strip()))
+    only = workers[""]
+    return _merge(judge, only.box.get("outcome"), only.box.get("error"))
+
+
+class _Worker:
+    """One candidate's process, run on a thread of the caller: its socket to the judge and its CPU probe."""
+
+    def __init__(self, run_child, request: dict, files: dict[str, str], timeout_s: float, stop, kwargs: dict):
+        self.judge_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.probe = CpuProbe()
+        self.box: dict = {}
+
+        def work() -> None:
+            try:
+                self.box["outcome"] = run_child({**request, "mode": "worker"}, files, peer=worker_end,
+                                                timeout_s=timeout_s + PEER_EXTRA_TIMEOUT_S, cancel=stop,
+                                                on_start=self.probe.watch, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - said in the verdict; the judge sees its peer gone
+                self.box["error"] = e
+            finally:
+                worker_end.close()
+
+        self.thread = threading.Thread(target=work, daemon=True, name="kforge-candidate-process")
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join()
+        self.probe.close()
 
 
 def _merge(judge: ChildOutcome, peer: ChildOutcome | None, error: BaseException | None) -> ChildOutcome:

@@ -331,7 +331,7 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
 def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
               limit_address_space: bool, module: str = "kforge_core.eval.harness.child",
               fork_server_safe: bool = False, collect=None, on_stage=None, relay=None, cancel=None,
-              peer=None) -> ChildOutcome:
+              peer=None, on_start=None) -> ChildOutcome:
     """Run the evaluation harness (or `python -m module`) on `request` with `files` in a private directory.
 
     The harness child is forked from the fork server when the platform is fork-safe and a server is available
@@ -345,7 +345,10 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
     `kforge_core.eval.progress_channel`: two FIFOs this process makes and opens in the private directory, which
     the isolated child sees at the same path), and `cancel()` returning True kills the child's process group (and
     its pids cgroup) at once (the outcome says `cancelled`). `peer` (a socket) is handed to the child as
-    `peer_fd`: the channel between a judge and the candidate's process (`kforge_core.eval.judged`)."""
+    `peer_fd`: the channel between a judge and the candidate's process (`kforge_core.eval.judged`); a dict
+    {request field: socket} hands over several (a contest's judge holds one per contender, and the CPU probe).
+    `on_start(pid)` is told the pid this process started (the relay or launcher outside the child's namespaces,
+    or the child itself without isolation), once it runs: the judge's CPU probe reads that process tree."""
     from . import forkserver, warm_pool
     from .build_service import BuildService
     from .progress_channel import ProgressChannel
@@ -380,12 +383,12 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         start = time.monotonic()
         fds = chans.fds()
         extra: dict[str, int] = {}  # request field -> the caller's descriptor, beyond result and logs
-        judge = peer is not None and request.get("mode") != "worker"  # a judge builds nothing
+        peers = _peers(peer)
+        judge = bool(peers) and request.get("mode") != "worker"  # a judge builds nothing
         if module == "kforge_core.eval.harness.child" and request.get("mode") != "build" and not judge:
             builds = BuildService(start + timeout_s, fork_server_safe, memory_limit_mb, limit_address_space, kind)
             extra["build_fd"] = builds.theirs.fileno()
-        if peer is not None:
-            extra["peer_fd"] = peer.fileno()
+        extra.update({name: sock.fileno() for name, sock in peers.items()})
         fds = (*fds, *extra.values())
         pid = None
         if server is not None:
@@ -398,8 +401,9 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         if server is not None:
             if builds:
                 builds.child_started()
-            if peer is not None:
-                peer.close()  # the child holds it now: when the child is gone, the other end sees EOF
+            _close_peers(peers)  # the child holds them now: when the child is gone, the other end sees EOF
+            if on_start is not None:
+                on_start(pid)
             if plan is not None:
                 channel.outer_pid = pid
             timed_out, memory_exceeded = _supervise(pid, lambda: server.returncode(pid), start, timeout_s,
@@ -411,7 +415,7 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         else:
             returncode, timed_out, memory_exceeded = _spawn(workdir, {**full_request, **extra}, env, module, start,
                                                             timeout_s, memory_limit_mb, limit_address_space, fds,
-                                                            plan, builds, group, supervision, peer)
+                                                            plan, builds, group, supervision, peers, on_start)
         wall = time.monotonic() - start
         channel.close()
         redact = redactor()
@@ -441,8 +445,7 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         chans.close()
         if builds is not None:
             builds.close()
-        if peer is not None:
-            peer.close()
+        _close_peers(_peers(peer))
         shutil.rmtree(workdir, ignore_errors=True)
         if plan and plan.get("root"):
             try:
@@ -454,7 +457,7 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
 def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, timeout_s: float,
            memory_limit_mb: int | None, limit_address_space: bool, fds: tuple[int, ...],
            plan: dict | None, builds, group, supervision: Supervision | None = None,
-           peer=None) -> tuple[int | None, bool, bool]:
+           peers=None, on_start=None) -> tuple[int | None, bool, bool]:
     result_fd, log_fd, cand_fd, *extra = fds  # the request names the extra ones by their numbers here
     request = {**request, "candidate_log_fd": cand_fd}
     cmd = python_command(module)
@@ -469,8 +472,9 @@ def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, t
         raise SandboxError(f"could not start the evaluation process: {e}") from e
     if builds is not None:
         builds.child_started()
-    if peer is not None:
-        peer.close()
+    _close_peers(peers or {})
+    if on_start is not None:
+        on_start(proc.pid)
     if plan is not None and supervision is not None and supervision.channel is not None:
         supervision.channel.outer_pid = proc.pid  # the jail launcher, whose death ends the evaluation's namespace
     try:
@@ -483,6 +487,18 @@ def _spawn(workdir: Path, request: dict, env: dict, module: str, start: float, t
     _kill_group(proc.pid, group)  # the child, or whatever it left behind in its group (a hung compiler, a daemon)
     proc.wait()
     return proc.returncode, timed_out, memory_exceeded
+
+
+def _peers(peer) -> dict:
+    """{request field: socket} from run_child's `peer` (one socket is the judge's `peer_fd`)."""
+    if peer is None:
+        return {}
+    return dict(peer) if isinstance(peer, dict) else {"peer_fd": peer}
+
+
+def _close_peers(peers: dict) -> None:
+    for sock in peers.values():
+        sock.close()
 
 
 def _unframe(out: str, nonce: str) -> dict | None:

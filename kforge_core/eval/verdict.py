@@ -53,6 +53,10 @@ class Verdict:
     # the evaluation's memory (harness/footprint.py): the problem's own tensor sizes, the bound the evaluation needs
     # and each phase's measured peak
     memory: dict | None = None
+    # verdict fields whose values are claims of the candidate's process (judged evaluations: launch counts, time in
+    # its kernels, output provenance, ATen ops, build records, profile): shown as such; none of them makes a verdict
+    # correct or a time shorter (docs/EVALUATOR.md, "What the judge takes from the candidate's process")
+    reported_by_candidate: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

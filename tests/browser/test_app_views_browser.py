@@ -260,15 +260,3 @@ def test_compare_reads_older_to_newer_side_by_side(page, app_server, seeded):
     assert "kforge-builtin" in " ".join(added.all_text_contents())  # the line #2 added reads as an addition
     assert added.first.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(211, 249, 216)"
     no_traceback(page)
-
-
-def test_gallery_is_grouped_by_level_with_the_sizes_used(page, app_server):
-    page.goto(app_server.url)
-    page.get_by_text("Synthesize a kernel").wait_for()
-    page.get_by_text("Gallery", exact=True).click()
-    page.get_by_text(re.compile(r"^Level 2 \(\d+\)$")).click()
-    page.get_by_text(re.compile(r"^level2_\w+: Model, get_inputs")).wait_for()  # the first level-2 problem
-    caption = page.get_by_text(re.compile(r"Sizes: on the CPU target")).inner_text()
-    assert re.search(r"CPU_SIZES\s*, \w+=\d+", caption) and "GPU targets the file's own sizes" in caption, caption
-    no_traceback(page)
-

@@ -83,4 +83,32 @@ def test_forged_timer_is_rejected_on_the_gpu(monkeypatch):
     monkeypatch.setenv("KFORGE_JUDGE", "1")
     source = FORGE_TIMER + (EXAMPLES / "cuda" / "candidate.py").read_text()
     v = _evaluate("cuda", source, **QUICK)
-    assert v.status == "rejected" and "judge's own clock" in v.reason, (v.status, v.reason, v.log_tail[-2000:])
+    assert v.status == "rejected" and ("judge's own clock" in v.reason or "below the CPU time they used" in v.reason), \
+        (v.status, v.reason, v.log_tail[-2000:])
+
+
+def test_cpu_probe_read_on_the_gpu(monkeypatch):
+    """The caller's CPU probe is read for a GPU candidate's process too: the deferred-work check ran and passed for
+    the honest example (GPU work is not CPU time; the check must not flag a kernel that waits on the device)."""
+    monkeypatch.setenv("KFORGE_JUDGE", "1")
+    v = _evaluate("cuda", **QUICK)
+    assert v.status == "correct", (v.reason, v.log_tail[-3000:])
+    cpu = next(c for c in v.checks if c["name"] == "CPU time outside calls")
+    assert cpu["passed"] and "not checked" not in cpu["detail"], cpu
+    print(f"cuda: {cpu['detail']}")
+
+
+def test_contest_judged_per_contender_on_the_gpu(monkeypatch):
+    """A head-to-head of the CUDA example against itself, judged: one candidate's process per contender, both timed,
+    each with the judge's checks."""
+    from kforge_core.eval.evaluator import EvalOptions, head_to_head
+    from kforge_core.problem import Problem
+
+    monkeypatch.setenv("KFORGE_JUDGE", "1")
+    problem = EXAMPLES / "cuda" / "problem.py"
+    source = (EXAMPLES / "cuda" / "candidate.py").read_text()
+    result = head_to_head(Problem("example", problem.read_text(), problem), {1: source, 2: source}, "cuda",
+                          EvalOptions(timeout_s=240, **QUICK))
+    assert "error" not in result, result
+    assert set(result["contenders"]) == {1, 2} and not result["warnings"], result
+    assert {c["name"] for c in result["checks"]} >= {"c1: judge's clock", "c2: CPU time outside calls"}, result

@@ -1,6 +1,11 @@
-"""Head to head: several correct candidates of one run re-timed in one evaluation child, interleaved trial by trial
-with each other and the baselines on the same fresh inputs, so "best" compares numbers measured side by side
-instead of medians from separate, differently noisy evaluations.
+"""Head to head: several correct candidates of one run re-timed in one evaluation, interleaved trial by trial with
+each other and the baselines on the same fresh inputs, so "best" compares numbers measured side by side instead of
+medians from separate, differently noisy evaluations.
+
+Judged (the default on Linux, `kforge_core.eval.judged`): this process is the judge and never imports a contender;
+each contender runs in a candidate's process of its own (its own namespaces, guards and CPU probe), answering the
+same requests as in an evaluation. Times, comparisons and the checks on reported numbers (`remote.timing_check`,
+`cpu_check`) are the judge's, per contender. With `KFORGE_JUDGE=0` every contender is imported here.
 
 Each contender was judged correct on its own before; here every timed output of each one is still checked against
 eager's on the same inputs (and must launch a kernel it compiled), so a contender that changed behaviour fails
@@ -18,6 +23,7 @@ from ..tolerance import get_policy
 from . import context, guards, progress
 from .compare import compare_outputs, fingerprint
 from .loading import candidate_class, clone, import_file
+from .remote import RemoteCandidate, RemoteFailure
 from .timing import RemoteModel, TimingOptions, time_models
 
 
@@ -25,21 +31,32 @@ class ContestFailure(Exception):
     pass
 
 
-def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model, init, make_inputs) -> dict:
+def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model, init, make_inputs,
+                remotes: dict | None = None, memory=None) -> dict:
+    """`remotes` ({name: RemoteCandidate}, the judge of a judged contest): each contender runs in its own
+    candidate's process and this process never imports one; without them (KFORGE_JUDGE=0), every contender is
+    imported here, beside the eager reference."""
     from .run import _copy_matching_weights, _guard_findings, _raise_guard_findings, _seeded
 
     names = [str(n) for n in request.get("contenders", [])]
     if not 2 <= len(names) <= 8:
         return {"status": "runtime_error", "reason": "a head-to-head needs 2 to 8 contenders"}
+    judged = bool(remotes)
+    if judged and set(remotes) != set(names):
+        return {"status": "runtime_error", "reason": "head-to-head: a contender's process is missing"}
     models: dict[str, object] = {}
     try:
         for name in names:
             progress.stage(f"building contender {name}")
             path = workdir / f"{name}.py"
             source = path.read_text()
-            if check_candidate(source, platform.module_name, platform.candidate_api,
-                               allow_inline_asm=getattr(platform, "allows_inline_asm", False)):
+            if not guards.disarmed() and check_candidate(source, platform.module_name, platform.candidate_api,
+                                                         allow_inline_asm=getattr(platform, "allows_inline_asm",
+                                                                                  False)):
                 raise ContestFailure(f"{name}: breaks a static rule")
+            if judged:
+                models[name] = _load_remote(name, remotes[name], memory)
+                continue
             context.set_candidate(path)
             state.update(guards.snapshot_state())
             cls = candidate_class(import_file(path, f"kforge_contender_{name}"))
@@ -50,7 +67,7 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
             _copy_matching_weights(ref_model, model)
             model.train(ref_model.training)
             models[name] = model
-    except (ContestFailure, CompileError, guards.GuardViolation) as e:
+    except (ContestFailure, CompileError, guards.GuardViolation, RemoteFailure) as e:
         return {"status": "runtime_error", "reason": f"head-to-head: {e}"}
     except BaseException as e:  # noqa: BLE001 - candidate code
         return {"status": "runtime_error", "reason": f"head-to-head: loading a contender raised {type(e).__name__}: {e}"}
@@ -60,7 +77,12 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
     policy = get_policy(request.get("tolerance", "default"))
 
     def verify(what, inputs, pristine, outputs, launched) -> None:
-        _raise_guard_findings(state, identities=False)
+        if judged:
+            for name in names:
+                if name in outputs:
+                    remotes[name].check_between_calls()
+        else:
+            _raise_guard_findings(state, identities=False)
         if fingerprint(inputs) != pristine:
             raise ContestFailure(f"a contender modified its inputs in {what}")
         for name in names:
@@ -73,12 +95,56 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
 
     progress.stage("timing head to head", contenders=len(names))
     opts = TimingOptions(**request.get("timing_options", {}))
+    watches = [r.cpu for r in (remotes or {}).values() if r.cpu is not None]
     try:
-        summaries = time_models(models, make_inputs, platform, timer, opts, random.Random(), verify=verify)
+        for watch in watches:
+            watch.start()
+        try:
+            summaries = time_models(models, make_inputs, platform, timer, opts, random.Random(), verify=verify)
+        finally:
+            for watch in watches:
+                watch.stop()
+        checks = _judge_contenders(remotes, platform) if judged else []
     except (ContestFailure, guards.GuardViolation) as e:
         return {"status": "runtime_error", "reason": f"head-to-head: {e}"}
+    except RemoteFailure as e:
+        return {"status": "runtime_error", "reason": f"head-to-head: {e.reason}"}
     except BaseException as e:  # noqa: BLE001 - candidate code
         return {"status": "runtime_error", "reason": f"head-to-head: timing raised {type(e).__name__}: {e}"}
-    return {"status": "correct", "reason": "head-to-head timed", "contest": summaries,
-            "device": platform.device_name(), "target": platform.name}
+    out = {"status": "correct", "reason": "head-to-head timed", "contest": summaries, "checks": checks,
+           "device": platform.device_name(), "target": platform.name, "judged": judged}
+    if guards.disarmed():
+        out["warnings"] = [f"static rules and guards disarmed ({guards.DISARM_VARIABLE}=1)"]
+    return out
 
+
+def _load_remote(name: str, remote: RemoteCandidate, memory):
+    """A contender in its own process: built there; the judge keeps a handle."""
+    model, loaded = remote.load()
+    if model is None:
+        raise ContestFailure(f"{name}: {loaded.get('reason') or loaded.get('status')}")
+    if memory is not None:
+        remote.expect_output_bytes(memory.sizes.outputs, 1)
+        context.call_limit_s += remote.transfer_allowance_s(memory.sizes.inputs + memory.sizes.outputs)
+    return model
+
+
+def _judge_contenders(remotes: dict, platform) -> list[dict]:
+    """After timing, per contender: the full guard check, its reported times against the judge's clock and the
+    CPU readings, and the deferred-work check. A contender failing any of them fails the contest."""
+    checks = []
+    for name, remote in remotes.items():
+        found = remote.findings()
+        if found:
+            raise ContestFailure(f"{name}: {found}")
+        try:
+            check, _ = remote.timing_check(strict=platform.device_type != "cpu")
+        except RemoteFailure as e:
+            raise ContestFailure(f"{name}: {e.reason}") from None
+        checks.append({**check, "name": f"{name}: {check['name']}"})
+        deferred = remote.cpu_check()
+        if deferred is not None:
+            checks.append({**deferred[0], "name": f"{name}: {deferred[0]['name']}"})
+            if deferred[1]:
+                raise ContestFailure(f"{name}: {deferred[1]}")
+    return checks

@@ -9,12 +9,15 @@ the tolerance, the comparison and the verdict. The candidate's process only ever
 What the judge still takes from the candidate's process, as claims it cannot verify alone (docs/EVALUATOR.md, known
 limits): launch counts and time inside compiled kernels (must-launch, custom share), whether its outputs came from
 its kernels, the ATen ops its forward dispatched, guard findings, build records, the profile, and each timed call's
-duration. Durations are cross-checked here: the judge's own clock brackets every timed call, and a report far
-below what the judge measured around the call (less the channel's own round trip) is rejected.
+duration. None of them makes a verdict correct or a time shorter: a timed call's reported time must lie within the
+judge's bracket around the request and counts as no less than the CPU time the caller read for that call spread
+over every core (a report far below either is rejected: the CPU bound on every target, the bracket on
+accelerators), and the caller's CPU probe shows work done after a call returned (`harness.cpu_check`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -24,6 +27,7 @@ import time
 import torch
 
 from . import context, launches, shared
+from .cpu_check import CpuWatch
 from .guards import GuardViolation
 
 # The median reported duration must be at least this share of the judge's fastest bracket around a timed call
@@ -43,8 +47,12 @@ class RemoteFailure(Exception):
 
 
 class RemoteCandidate:
-    def __init__(self, peer_fd: int, device: torch.device):
+    def __init__(self, peer_fd: int, device: torch.device, cpu_fd: int | None = None):
         self.sock = socket.socket(fileno=peer_fd)
+        # the caller's reading of this candidate's process's CPU time (harness/cpu_check.py), where it gave one
+        self.cpu = CpuWatch(cpu_fd) if cpu_fd is not None else None
+        self.last_cpu_ns: int | None = None  # the last request's CPU time in the candidate's process
+        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.device = device
         shared.prepare_pinning(device)
         self.arena: shared.Arena | None = None
@@ -54,7 +62,8 @@ class RemoteCandidate:
         self.aten_ops: set[str] = set()
         self._last_inputs: tuple = ()
         self._calls = 0
-        self.timed: list[tuple[float, float]] = []  # (reported ms, judge's wall ms) per timed call
+        # (reported ms, judge's wall ms, the CPU reading's lower bound in ms or None) per timed call
+        self.timed: list[tuple[float, float, float | None]] = []
         # the checked calls' forward time in the candidate's process (the judge's own bracket adds the channel and
         # the copies, which would understate the custom-kernel share)
         self.forward_ns = 0
@@ -62,10 +71,18 @@ class RemoteCandidate:
 
     # ------------------------------------------------------------------ channel
 
-    def _ask(self, msg: dict, fds: list[int] = ()) -> dict:
+    def _ask(self, msg: dict, fds: list[int] = (), clock: list | None = None) -> dict:
+        """One request and its reply. `clock` gets the judge's bracket around it (ms); the CPU probe's readings,
+        when the watch is on, are taken outside that bracket."""
+        cpu_before = self.cpu.before() if self.cpu is not None else None
         try:
+            t0 = time.perf_counter_ns()
             shared.send(self.sock, msg, fds)
             reply, extra = shared.recv(self.sock, max_fds=1)
+            if clock is not None:
+                clock.append((time.perf_counter_ns() - t0) / 1e6)
+            if self.cpu is not None:
+                self.last_cpu_ns = self.cpu.after(str(msg.get("op")), cpu_before)
         except (EOFError, ConnectionError, BrokenPipeError) as e:
             raise RemoteFailure("runtime_error", "the candidate's process ended before answering",
                                 worker_lost=True) from e
@@ -87,6 +104,8 @@ class RemoteCandidate:
         except OSError:
             pass
         self.sock.close()
+        if self.cpu is not None:
+            self.cpu.close()
         if self.arena is not None:
             self.arena.close()
 
@@ -125,7 +144,11 @@ class RemoteCandidate:
         pass  # the candidate's process checks its guards after every call and reports a violation in the reply
 
     def check_between_calls(self) -> None:
-        pass
+        """The cheap guard check after every warm-up and timed call, as in one process (a request of its own, after
+        the outputs came back: a fetch's CPU time is then the copy's alone)."""
+        found = self.findings(identities=False)
+        if found:
+            raise GuardViolation(found)
 
     def resnapshot(self) -> None:
         pass  # the judge's own state is not the candidate's to change: it never ran here
@@ -156,12 +179,14 @@ class RemoteCandidate:
         layout, end = shared.write(self.arena, list(inputs), 0)
         return layout, shared._align(end), fds
 
-    def _take(self, reply: dict, layout: dict, inputs: tuple):
+    def _take(self, reply: dict, layout: dict, inputs: tuple, copying=None):
         """Read the outputs (and the inputs as the candidate left them, into the judge's own input tensors, so a
-        mutation shows there) out of the arena; merge the reported launch records."""
+        mutation shows there) out of the arena; merge the reported launch records. `copying`: a context that
+        measures the judge's own cost of that read (the CPU check's yardstick)."""
         try:
-            shared.read(self.arena, layout, self.device, into=list(inputs))
-            out = shared.read(self.arena, reply.get("out"), self.device)
+            with copying or contextlib.nullcontext():
+                shared.read(self.arena, layout, self.device, into=list(inputs))
+                out = shared.read(self.arena, reply.get("out"), self.device)
         except shared.ProtocolError as e:
             raise RemoteFailure("rejected", f"the candidate's process broke the evaluation protocol: {e} "
                                             f"[rule no-patching]") from None
@@ -188,23 +213,27 @@ class RemoteCandidate:
 
     def calibrate(self, n: int = 7) -> None:
         """The channel's own round trip (an empty request), subtracted from the judge's brackets."""
-        samples = []
+        samples: list[float] = []
         for _ in range(n):
-            t0 = time.perf_counter_ns()
-            self._ask({"op": "ping"})
-            samples.append((time.perf_counter_ns() - t0) / 1e6)
+            self._ask({"op": "ping"}, clock=samples)
         self.round_trip_ms = statistics.median(samples)
 
     def timed_call(self, inputs) -> tuple[float, object]:
         """One timed call: the candidate's process makes its inputs ready and flushes its cache, then times its
-        forward with its own clock (bound before its import); the judge brackets that request with its clock."""
+        forward with its own clock (bound before its import); the judge brackets that request with its clock.
+        The time returned is the report, bounded from both sides by what the candidate's process cannot forge: above
+        by the judge's bracket (a longer report is rejected), below by the CPU time the caller read for the call --
+        the timed request's, plus what the process did after it returned until its outputs were delivered --
+        divided by the cores this machine lets a process use (no process runs faster than its CPU time spread over
+        every core). The bracket itself is not the time: on a busy machine it adds the scheduler's delay in waking
+        each process, which eager, timed inside the judge, does not pay."""
         if self.round_trip_ms is None:
             self.calibrate()
         layout, out_offset, fds = self._put_inputs(tuple(inputs))
         self._ask({"op": "prep", "inputs": layout, "rng_seed": self._take_rng_seed()}, fds)
-        t0 = time.perf_counter_ns()
-        reply = self._ask({"op": "time"})
-        wall_ms = (time.perf_counter_ns() - t0) / 1e6
+        bracket: list[float] = []
+        reply = self._ask({"op": "time"}, clock=bracket)
+        wall_ms = bracket[0]
         ms = reply.get("ms")
         if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not 0 <= ms < 1e9:
             raise RemoteFailure("rejected", "the candidate's process reported no usable time [rule no-patching]")
@@ -212,9 +241,22 @@ class RemoteCandidate:
             raise RemoteFailure("rejected", f"the candidate's process reported a timed call of {ms:.4g} ms, longer "
                                             f"than the {wall_ms:.4g} ms the judge measured around it "
                                             f"[rule no-patching]")
-        self.timed.append((float(ms), wall_ms))
+        time_cpu_ns = self.last_cpu_ns
+        idle_before = self.cpu.idle_ns if self.cpu is not None else 0
         fetched = self._ask({"op": "fetch", "out_offset": out_offset})
-        return float(ms), self._take(fetched, layout, tuple(inputs))
+        if self.cpu is None:
+            return float(ms), self._take(fetched, layout, tuple(inputs))
+        fetch_cpu_ns, copy_before = self.last_cpu_ns, self.cpu.judge_copy_ns
+        out = self._take(fetched, layout, tuple(inputs), self.cpu.copying())
+        cpu_ms = None
+        if time_cpu_ns is not None and fetch_cpu_ns is not None:
+            # the call's work as the CPU readings show it: inside the timed request, plus what ran after it returned
+            # until its outputs were delivered (between the two requests, and a fetch beyond its copy)
+            after_ns = (self.cpu.idle_ns - idle_before) + \
+                self.cpu.fetch_excess(fetch_cpu_ns, self.cpu.judge_copy_ns - copy_before)
+            cpu_ms = (time_cpu_ns + after_ns) / 1e6 / self.cores
+        self.timed.append((float(ms), wall_ms, cpu_ms))
+        return max(float(ms), cpu_ms or 0.0), out
 
     def timing_check(self, strict: bool) -> tuple[dict, str]:
         """The cross-check of the reported durations against the judge's brackets: (a check for the verdict, a
@@ -223,13 +265,22 @@ class RemoteCandidate:
         so there a bracket says little about a sub-millisecond call)."""
         if not self.timed:
             return {"name": "judge's clock", "passed": True, "detail": "no timed call"}, ""
-        reported = statistics.median(ms for ms, _ in self.timed)
-        fastest = min(w for _, w in self.timed)
+        reported = statistics.median(ms for ms, _, _ in self.timed)
+        fastest = min(w for _, w, _ in self.timed)
         trip = self.round_trip_ms or 0.0
         floor = REPORT_MIN_SHARE * (fastest - trip) - REPORT_SLACK_MS
+        bounds = [c for _, _, c in self.timed if c is not None]
+        cpu_floor = statistics.median(bounds) if len(bounds) == len(self.timed) else None
         detail = (f"median timed call {reported:.4g} ms as the candidate's process measured it; the judge's "
                   f"fastest bracket around one {fastest:.4g} ms, channel round trip {trip:.3g} ms; every report "
-                  f"within its bracket")
+                  f"within its bracket" +
+                  (f"; CPU time of the timed calls (their requests, and what ran after they returned until their "
+                   f"outputs were delivered) over {self.cores} cores: median {cpu_floor:.4g} ms (a report below it "
+                   f"counts as that)" if cpu_floor is not None else "; no CPU reading"))
+        if cpu_floor is not None and reported < REPORT_MIN_SHARE * cpu_floor - REPORT_SLACK_MS:
+            # load cannot explain this one: CPU time is what the process used, however late it was woken
+            raise RemoteFailure("rejected", f"timed calls reported far below the CPU time they used: {detail} "
+                                            f"[rule no-patching]")
         if reported >= floor:
             return {"name": "judge's clock", "passed": True, "detail": detail}, ""
         if strict:
@@ -238,6 +289,11 @@ class RemoteCandidate:
         return ({"name": "judge's clock", "passed": True, "detail": detail},
                 f"the judge could not confirm the reported times ({detail}): on a busy machine the judge's brackets "
                 f"are loose; were the reports forged, they would look like this too")
+
+    def cpu_check(self) -> tuple[dict, str] | None:
+        """The deferred-work check (harness/cpu_check.py): (a check, a rejection reason or ""), None without a
+        probe."""
+        return self.cpu.judge() if self.cpu is not None else None
 
 
 def _flat_tensors(out) -> list[torch.Tensor]:
@@ -250,13 +306,16 @@ def _flat_tensors(out) -> list[torch.Tensor]:
     return []
 
 
-def connect(request: dict, device: torch.device) -> RemoteCandidate | None:
-    """The judge's handle when the caller gave this process a peer (the candidate's process), else None."""
-    fd = request.get("peer_fd")
+def connect(request: dict, device: torch.device, name: str = "") -> RemoteCandidate | None:
+    """The judge's handle when the caller gave this process a peer (the candidate's process), else None; in a
+    contest, contender `name`'s (`peer_fd_<name>`). Its CPU probe comes as `cpu_fd` / `cpu_fd_<name>`."""
+    suffix = f"_{name}" if name else ""
+    fd = request.get(f"peer_fd{suffix}")
     if fd is None:
         return None
     context.request = dict(request)
-    return RemoteCandidate(int(fd), device)
+    cpu_fd = request.get(f"cpu_fd{suffix}")
+    return RemoteCandidate(int(fd), device, int(cpu_fd) if cpu_fd is not None else None)
 
 
 def fresh_rng_seed() -> int:

@@ -41,14 +41,19 @@ def run(request: dict, workdir: Path) -> dict:
     # the judge's handle on the candidate's process, when the caller started one (made before the guards, which
     # refuse new sockets)
     remote = connect(request, platform.device())
+    # a contest's judge: one candidate's process per contender (`peer_fd_<name>`)
+    contenders = {str(n): connect(request, platform.device(), str(n)) for n in request.get("contenders", [])} \
+        if request.get("mode") == "head_to_head" else {}
     guards.install()
     try:
-        return _run(request, workdir, platform, timer, state, remote)
+        return _run(request, workdir, platform, timer, state, remote,
+                    {n: r for n, r in contenders.items() if r is not None})
     except ProblemFailure as e:
         return {"problem_error": str(e), "status": "runtime_error", "reason": str(e)}
     finally:
-        if remote is not None:
-            remote.close()
+        for r in [remote, *contenders.values()]:
+            if r is not None:
+                r.close()
 
 
 class _InProcess:
@@ -76,7 +81,7 @@ class _InProcess:
         self.state.update(guards.snapshot_state(registrations=False))
 
 
-def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> dict:
+def _run(request: dict, workdir: Path, platform, timer, state, remote=None, contenders=None) -> dict:
     progress.stage("loading the problem", pid=os.getpid())  # the process a cancel kills (with its group)
     memory = footprint.Phases(platform)
     memory.enter("reference checks")
@@ -90,7 +95,8 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
         # seeding helpers rather than copying them
         from .contest import run_contest
 
-        return run_contest(request, workdir, platform, timer, state, ref_model, init, make_inputs)
+        return run_contest(request, workdir, platform, timer, state, ref_model, init, make_inputs,
+                           remotes=contenders, memory=memory)
     if request.get("mode") == "validate":
         inputs0 = make_inputs(0)
         ms = platform.make_timer().time_ms(lambda: ref_model(*inputs0))
@@ -220,7 +226,16 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None) -> d
         base["checks"].append({"name": "judged out of process", "passed": True,
                                "detail": "inputs, reference outputs, comparison, eager timing and verdict in a "
                                          "process that never imported the candidate"})
+        base["reported_by_candidate"] = [k for k in REPORTED_BY_CANDIDATE if base.get(k)]
     return _verdict("correct", res.reason, **base)
+
+
+# Verdict fields the judge takes from the candidate's process as its claims (it cannot measure them itself): launch
+# counts and the kernel time behind custom_share (must-launch; the custom-kernel share), the ATen ops behind
+# aten_compute, the build records, the profile. A forged one can hide a must-launch finding or change a share, never
+# an output's correctness or a timed call's time (those are bounded by the judge's clock and the caller's CPU probe).
+REPORTED_BY_CANDIDATE = ("kernel_launches", "custom_share", "custom_share_detail", "aten_compute", "builds", "build_s",
+                         "profile")
 
 
 def _fields(extra: dict) -> dict:
@@ -370,8 +385,15 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     # the timing phase: its budget, plus one forward call's limit for each model's slowest call
     phase_s = 3 * opts.budget_s + len(models) * context.call_limit_s
     progress.stage("timing", models=len(models))
-    with watchdog.limit(phase_s, "the timing phase"):
-        summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
+    cpu = getattr(side, "cpu", None)  # the caller's reading of the candidate's process's CPU time
+    if cpu is not None:
+        cpu.start()
+    try:
+        with watchdog.limit(phase_s, "the timing phase"):
+            summaries = time_models(models, make_inputs, platform, timer, opts, rng, verify=verify)
+    finally:
+        if cpu is not None:
+            cpu.stop()
     found = side.findings()  # the full check (every patched function), once timing is over
     if found:
         raise guards.GuardViolation(found)
@@ -379,6 +401,11 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
         check, warning = side.timing_check(strict=platform.device_type != "cpu")
         out["checks"] = [check]
         out["warnings"] += [warning] if warning else []
+        deferred = side.cpu_check()
+        if deferred is not None:
+            out["checks"].append(deferred[0])
+            if deferred[1]:
+                raise TimingFailure("rejected", deferred[1])
     if platform.synchronous_kernels and candidate_calls[0]:
         # kernel time per candidate call (warm-ups and timed calls) against the median timed call
         per_call_ns = (launches.kernel_ns() - kernel_before) / candidate_calls[0]

@@ -41,7 +41,9 @@ import signal
 import socket
 import sys
 
-MAX_FDS = 5  # result, harness log, candidate log, build channel, judge <-> candidate channel
+# result, harness log, candidate log; a build channel or, for a judge, a channel and a CPU probe per candidate's
+# process (a head-to-head contest has up to 8)
+MAX_FDS = 3 + 2 * 8
 _PRELOAD = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "torch.utils.cpp_extension",
             "torch.utils.flop_counter", "torch.profiler")
 _PRELOAD_GPU = ("triton", "triton.language")  # when installed; imported, never asked for its driver

@@ -71,6 +71,19 @@ def kf_bn_update(mean, var, tracked, stats, count, momentum):
 '''.rstrip()
 
 
+def col_helpers_for(program: str) -> str:
+    """The column helpers `program` calls (kf_col_view brings kf_col_block), in COL_HELPERS' order."""
+    import ast
+
+    text = COL_HELPERS.strip()
+    lines = text.splitlines()
+    want = {n for n in ("kf_col_view", "kf_col_shape", "kf_bn_update") if f"{n}(" in program}
+    if "kf_col_view" in want:
+        want.add("kf_col_block")
+    return "\n\n\n".join("\n".join(lines[node.lineno - 1:node.end_lineno]) for node in ast.parse(text).body
+                          if node.name in want)
+
+
 def out_lines(col: ColOp, x: str, device: str = "xc.device") -> list[str]:
     """Lines allocating `out` for a column launch (after `kf_col_view` gave xc, O, R, I, ...)."""
     shape = "(2, R)" if col.kind == "bnstats" else (

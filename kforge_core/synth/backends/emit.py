@@ -1,5 +1,5 @@
-"""Write the candidate's Python: helpers, `ModelNew.__init__` (the same state_dict as `Model`), and `forward`
-(PyTorch calls for kept nodes, kernel launches for synthesized ones)."""
+"""Write the candidate's Python: the kernel source, the host helpers it calls, `ModelNew.__init__` (the same
+state_dict as `Model`), and `forward` (PyTorch calls for kept nodes, kernel launches for synthesized ones)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from ..lower.args import render
 from ..lower.graph import Py, py_name
-from .columns import COL_HELPERS
-from .host_helpers import HELPERS
+from .columns import col_helpers_for
+from .host_helpers import HELPERS, helpers_for, names_used
 from ..plan.plans import KernelPlan, ProgramPlan
 from ...pyast import parse_ast
 
@@ -211,8 +211,7 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
     else:  # kernels written in Python (Triton)
         out.append(source_text.rstrip("\n"))
     out += ["", ""]
-    out.append(HELPERS + (COL_HELPERS if plan.columns else ""))
-    out += ["", ""]
+    helpers_at = len(out)
     out.append("class ModelNew(nn.Module):")
     out.append("    def __init__(self, *args):")
     out.append("        super().__init__()")
@@ -255,7 +254,20 @@ def candidate(plan: ProgramPlan, desc: dict, *, header: str, marker: str, import
             for j, o in enumerate(unit.outputs):
                 out.append(f"        {names[o.node]} = o{j}")
     out.append(f"        return {low.output_code}")
+    helpers = _helpers("\n".join(out))
+    if plan.columns:  # the column kernels' own helpers, those it calls
+        helpers = "\n\n\n".join(h for h in (helpers, col_helpers_for("\n".join(out))) if h)
+    if helpers:
+        out[helpers_at:helpers_at] = [helpers, "", ""]
     return "\n".join(out) + "\n"
+
+
+def _helpers(program: str) -> str:
+    """The host helpers `program` calls (all of them if it does not parse: its compile error then reads as before)."""
+    try:
+        return helpers_for(names_used(parse_ast(program)))
+    except SyntaxError:
+        return HELPERS
 
 
 def cached_launch(plan: KernelPlan, names: dict, launch: Launch, k: int) -> list[str]:

@@ -1,6 +1,12 @@
-"""The host helpers every candidate program embeds (Python text): broadcast shapes, rows and columns, operands as a
+"""The host helpers a candidate program may embed (Python text): broadcast shapes, rows and columns, operands as a
 kernel reads them (`kf_prep`), the launch set-up cache keyed by operand layout, and the strided operands' metadata
-for the kernels (`kf_meta`: row dims, strides, and each operand's (n, s) offset pair from `kf_fast`)."""
+for the kernels (`kf_meta`: row dims, strides, and each operand's (n, s) offset pair from `kf_fast`).
+
+A program embeds only the helpers its own code calls (`helpers_for`), with the helpers those call in turn: a reader
+of the generated program then sees no dead code between its kernels and `ModelNew`."""
+
+import ast
+import functools
 
 HELPERS = '''
 KF_META = {}
@@ -149,3 +155,35 @@ def kf_meta(lead, strides, device):
         KF_META[key] = m
     return m
 '''.strip("\n")
+
+
+
+def names_used(tree: ast.AST) -> set[str]:
+    """The names a parsed program reads (docstrings and comments do not count)."""
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+@functools.lru_cache(maxsize=1)
+def _blocks() -> list[tuple[str, str, frozenset[str]]]:
+    """[(name, text, names of other helpers it uses)] of HELPERS' top-level definitions, in their order."""
+    lines = HELPERS.splitlines()
+    out = []
+    for node in ast.parse(HELPERS).body:
+        name = node.name if isinstance(node, ast.FunctionDef) else node.targets[0].id
+        out.append((name, "\n".join(lines[node.lineno - 1:node.end_lineno]), frozenset(names_used(node) - {name})))
+    return out
+
+
+def helpers_for(used: set[str]) -> str:
+    """The helpers among `used` (names a program reads) and, transitively, the helpers those call, in HELPERS'
+    order ("" for none)."""
+    blocks = _blocks()
+    uses = {name: deps for name, _, deps in blocks}
+    need: set[str] = set()
+    stack = [n for n in used if n in uses]
+    while stack:
+        name = stack.pop()
+        if name not in need:
+            need.add(name)
+            stack.extend(d for d in uses[name] if d in uses)
+    return "\n\n\n".join(text for name, text, _ in blocks if name in need)

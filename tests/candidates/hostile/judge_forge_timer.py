@@ -2,9 +2,8 @@
 kernel is honest (the CPU example's); at import it finds every timer object in its process (gc) and gives it a clock
 that advances 1 microsecond per reading, so each timed call reports 0.001 ms. In one process that is the verdict
 (eager is timed by the same timer); with the judge, eager is timed in the judge's process (untouched), and the
-reports are checked against the judge's own clock around each timed call: rejected on accelerators, a warning on
-the CPU target (a busy CPU box wakes processes too late for the judge's bracket to bound a sub-millisecond call;
-docs/EVALUATOR.md)."""
+reports fall far below the CPU time the caller read for the timed calls (spread over every core): rejected on every
+target (on accelerators the judge's own brackets reject it too; docs/EVALUATOR.md)."""
 
 import gc
 import itertools
