@@ -11,13 +11,13 @@ from app.highlight import prelude_lines, to_html, wrap_marker
 from app.services import TargetInfo
 from kforge_core.gallery import get_problem
 
-CUMSUM = '''import torch
+FLIP = '''import torch
 import torch.nn as nn
 
 
 class Model(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x, dim=1)
+        return torch.flip(x, dims=[1])
 
 
 def get_inputs():
@@ -41,18 +41,18 @@ def test_compute_stores_each_answer_once_and_read_returns_it(monkeypatch, tmp_pa
     monkeypatch.setenv("KFORGE_CACHE_DIR", str(tmp_path))
     relu = get_problem("level1/01_relu").source
     assert gallery_coverage.read(relu, "cpu") is None  # not worked out yet
-    assert gallery_coverage.compute([relu, CUMSUM], "cpu") == 2
-    covered, none = gallery_coverage.read(relu, "cpu"), gallery_coverage.read(CUMSUM, "cpu")
+    assert gallery_coverage.compute([relu, FLIP], "cpu") == 2
+    covered, none = gallery_coverage.read(relu, "cpu"), gallery_coverage.read(FLIP, "cpu")
     assert covered["status"] == "covered" and "1 of 1 nodes (100%) synthesized" in covered["text"], covered
-    assert none["status"] == "none" and "cumsum" in none["text"], none
+    assert none["status"] == "none" and "flip" in none["text"], none
     assert gallery_coverage.read(relu, "cuda") is None  # per target
-    assert gallery_coverage.compute([relu, CUMSUM], "cpu") == 0  # kept: not traced again
+    assert gallery_coverage.compute([relu, FLIP], "cpu") == 0  # kept: not traced again
     # a damaged cache file reads as "not worked out", never as an answer
     path = next((tmp_path / "gallery-coverage").rglob("*.json"))
     path.write_text("{not json")
-    assert [gallery_coverage.read(s, "cpu") for s in (relu, CUMSUM)].count(None) == 1
+    assert [gallery_coverage.read(s, "cpu") for s in (relu, FLIP)].count(None) == 1
     path.write_text(json.dumps({"status": "bogus"}))
-    assert [gallery_coverage.read(s, "cpu") for s in (relu, CUMSUM)].count(None) == 1
+    assert [gallery_coverage.read(s, "cpu") for s in (relu, FLIP)].count(None) == 1
 
 
 def _target(name: str, device_type: str, title: str) -> TargetInfo:

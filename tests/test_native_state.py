@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_native_state_leaves_out_glibc_signals_and_keeps_the_rest():
-    code = ("import signal, threading\nfrom kforge_core.eval.harness.guards import native_state\n"
+    code = ("import signal, threading\nfrom kforge_core.eval.harness.process_state import native_state\n"
             "a = native_state()\nthreading.Thread(target=lambda: None).start()\nb = native_state()\n"
             "signal.signal(signal.SIGALRM, lambda *x: None)\nc = native_state()\n"
             "k = 'signal dispositions (SigCgt)'\nprint(a[k] == b[k], b[k] != c[k])\n")

@@ -16,6 +16,7 @@ on the device (double on the CPU, float on the GPU), so overflow and underflow h
 
 from __future__ import annotations
 
+from ...pyast import parse_ast
 from ..lower.colops import ColOp
 from ..schedule import Schedule
 
@@ -73,14 +74,12 @@ def kf_bn_update(mean, var, tracked, stats, count, momentum):
 
 def col_helpers_for(program: str) -> str:
     """The column helpers `program` calls (kf_col_view brings kf_col_block), in COL_HELPERS' order."""
-    import ast
-
     text = COL_HELPERS.strip()
     lines = text.splitlines()
     want = {n for n in ("kf_col_view", "kf_col_shape", "kf_bn_update") if f"{n}(" in program}
     if "kf_col_view" in want:
         want.add("kf_col_block")
-    return "\n\n\n".join("\n".join(lines[node.lineno - 1:node.end_lineno]) for node in ast.parse(text).body
+    return "\n\n\n".join("\n".join(lines[node.lineno - 1:node.end_lineno]) for node in parse_ast(text).body
                           if node.name in want)
 
 

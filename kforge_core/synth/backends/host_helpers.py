@@ -8,6 +8,8 @@ of the generated program then sees no dead code between its kernels and `ModelNe
 import ast
 import functools
 
+from ...pyast import parse_ast
+
 HELPERS = '''
 KF_META = {}
 
@@ -168,7 +170,7 @@ def _blocks() -> list[tuple[str, str, frozenset[str]]]:
     """[(name, text, names of other helpers it uses)] of HELPERS' top-level definitions, in their order."""
     lines = HELPERS.splitlines()
     out = []
-    for node in ast.parse(HELPERS).body:
+    for node in parse_ast(HELPERS).body:
         name = node.name if isinstance(node, ast.FunctionDef) else node.targets[0].id
         out.append((name, "\n".join(lines[node.lineno - 1:node.end_lineno]), frozenset(names_used(node) - {name})))
     return out
