@@ -116,7 +116,7 @@ def _breakdown(problem_path: Path, source: str, target: str, out: str | None, ba
     import pstats
     import tempfile
 
-    from kforge_core.eval.sandbox import child_environment
+    from kforge_core.eval.child_setup import child_environment
 
     workdir = Path(tempfile.mkdtemp(prefix="kforge-breakdown-"))
     (workdir / "problem.py").write_text(problem_path.read_text())

@@ -441,7 +441,7 @@ def test_planted_module_in_the_working_directory_is_not_imported(monkeypatch, tm
     `import sympy` and its own `import triton` (absent here). Were any of these directories on sys.path, the
     import would run the planted file, which leaves a marker and kills the child. Children start with -P and
     scrub sys.path: no such directory is searched, the kernel is judged correct, and no marker appears."""
-    from kforge_core.eval import evaluator, forkserver, sandbox
+    from kforge_core.eval import child_setup, evaluator, forkserver
 
     monkeypatch.setenv("KFORGE_EVAL_SPAWN", "1" if spawn else "0")
     markers = {name: tmp_path / f"{name}.imported" for name in ("sympy", "triton", "server-triton")}
@@ -453,7 +453,7 @@ def test_planted_module_in_the_working_directory_is_not_imported(monkeypatch, tm
         if "candidate.py" not in files:
             return real_run_child(request, files, **kwargs)
         if not spawn:  # the server this evaluation will be forked from (its key ignores HOME)
-            plant = forkserver.get(sandbox.child_environment(tmp_path)).dir / "triton.py"
+            plant = forkserver.get(child_setup.child_environment(tmp_path)).dir / "triton.py"
             plant.write_text(PLANTED_MODULE.format(marker=str(markers["server-triton"])))
             server_plants.append(plant)
         return real_run_child(request, {**files, **planted}, **kwargs)

@@ -275,7 +275,7 @@ def test_plan_never_binds_the_hosts_tmp(tmp_path, monkeypatch):
     evaluations' directories) and hide the cache bound inside it; the child's /tmp is always its own."""
     import sys
 
-    from kforge_core.eval.sandbox import child_plan
+    from kforge_core.eval.child_setup import child_plan
 
     monkeypatch.setattr(sys, "path", ["/tmp", "/", *sys.path])
     plan = child_plan(tmp_path / "work")

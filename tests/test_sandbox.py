@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from kforge_core.eval import sandbox
-from kforge_core.eval.sandbox import _unframe, child_environment, run_child
+from kforge_core.eval.child_setup import child_environment
+from kforge_core.eval.sandbox import _unframe, run_child
 
 
 def test_child_environment_strips_secrets(monkeypatch, tmp_path):

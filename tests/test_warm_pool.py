@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from candidates.evalkit import HOSTILE, Case, run_case
-from kforge_core.eval import forkserver, isolation, sandbox, warm_pool
+from kforge_core.eval import child_setup, forkserver, isolation, warm_pool
 from kforge_core.eval.harness import zygote
 
 EXAMPLE_PROBLEM = Path(__file__).resolve().parent.parent / "platforms" / "examples" / "cpu" / "problem.py"
@@ -92,7 +92,7 @@ def _alive(pid: int) -> bool:
 
 
 def _server():
-    return forkserver.get(sandbox.child_environment(Path("/tmp"), isolation.status()[0]))
+    return forkserver.get(child_setup.child_environment(Path("/tmp"), isolation.status()[0]))
 
 
 def _probes(verdict) -> list[dict]:

@@ -66,7 +66,8 @@ class BaselineServer:
     def __init__(self, key: str, problem_source: str, target: str, size_class: str | None, *,
                  memory_limit_mb: int | None, limit_address_space: bool, timeout_s: float,
                  on_stage: Callable[[dict], None] | None = None, cancel: Callable[[], bool] | None = None):
-        from .sandbox import child_environment, limits, popen_lasting, python_command
+        from .child_setup import child_environment, python_command
+        from .sandbox import limits, popen_lasting
 
         self.key = key
         self.lock = threading.Lock()

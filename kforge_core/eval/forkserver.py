@@ -39,11 +39,14 @@ def enabled() -> bool:
 
 
 class ForkServer:
+    key = ""  # its key in the registry (set by get), under which a refusal to fork is remembered
+
     def __init__(self, env: dict[str, str], device: str = "cpu"):
         from .isolation import status
         # import circle (justified): sandbox starts this server, and the server gives its children sandbox's own
         # limits and start-up, so spawned and forked children are set up by one piece of code
-        from .sandbox import limits, popen_lasting, python_command
+        from .child_setup import python_command
+        from .sandbox import limits, popen_lasting
         from .warm_pool import WarmPool
 
         self.dir = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
@@ -126,7 +129,7 @@ class ForkServer:
         except SandboxError as e:
             if "did not fork" in str(e) and not self.dead:
                 with _lock:
-                    _failed[getattr(self, "key", "")] = (time.monotonic(), str(e)[-500:])
+                    _failed[self.key] = (time.monotonic(), str(e)[-500:])
                 retire(self)  # it refused (its device state) or hung: no later evaluation should try it
             if not warm:
                 self.wait(-1, 0)  # uncount it (closes a retired server left idle)

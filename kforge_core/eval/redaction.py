@@ -2,7 +2,7 @@
 
 The child never holds these (scrubbed environment, settings file outside its root): this is the second line, for a
 fallback without isolation and for whatever a future gap lets through. Known secrets are the values of the
-caller's credential-like environment variables (the pattern `sandbox.child_environment` strips) and the settings
+caller's credential-like environment variables (the pattern `child_setup.child_environment` strips) and the settings
 file's api_key. Only values of 8 characters or more are redacted (shorter ones would mangle ordinary text).
 """
 

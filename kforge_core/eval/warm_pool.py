@@ -57,7 +57,7 @@ class Spec:
 
     @classmethod
     def of(cls, target: str, memory_limit_mb: int | None, limit_address_space: bool, isolated: bool) -> Spec:
-        from .sandbox import child_plan
+        from .child_setup import child_plan
 
         plan = ""
         if isolated:
@@ -177,7 +177,7 @@ class WarmPool:
 
     def _start(self, spec: Spec) -> Slot:
         from . import isolation
-        from .sandbox import child_plan, nproc_limit
+        from .child_setup import child_plan, nproc_limit
 
         workdir = Path(tempfile.mkdtemp(prefix="kforge-eval-"))
         group = isolation.PidsCgroup.create(nproc_limit())

@@ -142,7 +142,7 @@ def ncu_command(ncu: str, names, workdir: str, target: str, size_class: str | No
     regex = kernel_regex(names)
     if regex:
         cmd += ["--kernel-name", regex]
-    from kforge_core.eval.sandbox import python_command
+    from kforge_core.eval.child_setup import python_command
 
     cmd += [*python_command("platforms.cuda._ncu"), workdir, target, size_class or ""]
     return cmd

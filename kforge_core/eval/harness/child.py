@@ -43,7 +43,7 @@ def _json_default(o):
 def scrub_sys_path(*writable: str | os.PathLike) -> None:
     """Drop from sys.path the current directory ('' or '.', as an interpreter without -P puts it there) and every
     directory the candidate may write (its working directory, HOME): a module planted there must never be found by
-    a lazy import. The interpreter is started with -P too (`sandbox.PYTHON_FLAGS`); this holds without it, and in a
+    a lazy import. The interpreter is started with -P too (`child_setup.PYTHON_FLAGS`); this holds without it, and in a
     forked child, whose sys.path was set up by the fork server in another directory."""
     def real(p: str) -> str:
         return os.path.realpath(p or ".")
