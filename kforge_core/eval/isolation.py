@@ -17,7 +17,8 @@ patched:
   reach;
 - PID 1 of its own PID namespace is the evaluation itself: when it dies, the kernel kills every process it left
   (setsid and double-fork daemons included); RLIMIT_NPROC counts only this namespace's processes, RLIMIT_FSIZE
-  bounds every file it writes.
+  bounds every file it writes (the candidate's process and builds: soft = hard; the judge keeps the hard limit
+  open to size its shared arena, a memfd as large as the problem's tensors, and writes no file of its own).
 
 `enter(plan)` runs in a single-threaded child right after fork (the fork server's child, or `kforge_core.eval.jail`
 before it execs a spawned child). The process that calls it stays outside the new PID namespace as a small relay:
@@ -255,7 +256,10 @@ def enter(p: dict, relay: bool = True) -> None:
         # counted per user namespace: this limit bounds only the evaluation's own processes and threads
         resource.setrlimit(resource.RLIMIT_NPROC, (p["nproc"], p["nproc"]))
         n = p["fsize_mb"] * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
+        # soft limit only here: a judge must size its shared arena past it (`harness.shared.sealed_memfd`); every
+        # other process lowers the hard limit to it before any problem or candidate code runs (`harness.child`)
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (n if hard == resource.RLIM_INFINITY else min(n, hard), hard))
     except BaseException as e:  # noqa: BLE001 - report and die: never run candidate code half-isolated
         if not relay:
             os._exit(1)
