@@ -22,7 +22,9 @@ from ..rules import check_candidate
 from ..tolerance import get_policy
 from . import context, guards, progress
 from .compare import compare_outputs, fingerprint
+from .in_process import copy_matching_weights, guard_findings, raise_guard_findings
 from .loading import candidate_class, clone, import_file
+from .reference import _seeded
 from .remote import RemoteCandidate, RemoteFailure
 from .timing import RemoteModel, TimingOptions, time_models
 
@@ -36,8 +38,6 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
     """`remotes` ({name: RemoteCandidate}, the judge of a judged contest): each contender runs in its own
     candidate's process and this process never imports one; without them (KFORGE_JUDGE=0), every contender is
     imported here, beside the eager reference."""
-    from .run import _copy_matching_weights, _guard_findings, _raise_guard_findings, _seeded
-
     names = [str(n) for n in request.get("contenders", [])]
     if not 2 <= len(names) <= 8:
         return {"status": "runtime_error", "reason": "a head-to-head needs 2 to 8 contenders"}
@@ -61,10 +61,10 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
             state.update(guards.snapshot_state())
             cls = candidate_class(import_file(path, f"kforge_contender_{name}"))
             model = _seeded(platform, 0, lambda: cls(*clone(init))).to(platform.device())
-            found = _guard_findings(state)
+            found = guard_findings(state)
             if found:
                 raise ContestFailure(f"{name}: {found}")
-            _copy_matching_weights(ref_model, model)
+            copy_matching_weights(ref_model, model)
             model.train(ref_model.training)
             models[name] = model
     except (ContestFailure, CompileError, guards.GuardViolation, RemoteFailure) as e:
@@ -82,7 +82,7 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
                 if name in outputs:
                     remotes[name].check_between_calls()
         else:
-            _raise_guard_findings(state, identities=False)
+            raise_guard_findings(state, identities=False)
         if fingerprint(inputs) != pristine:
             raise ContestFailure(f"a contender modified its inputs in {what}")
         for name in names:
