@@ -82,26 +82,26 @@ def head_to_head(event: dict, ctx: RenderContext) -> None:
         st.warning(warning, icon=":material/warning:")
 
 
-CONTEST_COLUMNS = ("contender", "median", "min", "max", "trials", "vs eager", "vs torch.compile", "checks",
-                   "warnings")
+# the table's columns; each contender's checks and warnings are listed under it (the activity log is a narrow column)
+CONTEST_COLUMNS = ("contender", "median", "min", "max", "trials", "vs eager", "vs compile")
 
 
 def contest_rows(d: dict) -> list[dict[str, str]]:
-    """The head-to-head as the table a reader sees: one row per contender (the best marked, a noisy one said so),
-    then the baselines; every cell is text."""
+    """The head-to-head as a reader sees it: one row per contender (the best marked, a noisy one said so), then
+    the baselines; every value is text, the table's columns plus `checks` and `warnings`."""
     rows = []
     for r in d.get("contenders") or []:
         name = f"#{r.get('iteration')}" + (" (best)" if r.get("iteration") == d.get("best_iteration") else "")
         rows.append({"contender": name + (" — noisy" if r.get("noisy") else ""),
                      **_spread_cells(r.get("candidate_ms"), r), "vs eager": fmt_x(r.get("speedup_vs_eager")),
-                     "vs torch.compile": fmt_x(r.get("speedup_vs_compiled")),
+                     "vs compile": fmt_x(r.get("speedup_vs_compiled")),
                      # a run recorded before checks and warnings were kept has neither key: said, not "none"
                      "checks": checks_text(r["checks"]) or "none" if "checks" in r else "not recorded",
                      "warnings": "; ".join(r["warnings"]) or "none" if "warnings" in r else "not recorded"})
     for label, t in (("eager", d.get("eager")), ("torch.compile", d.get("compiled"))):
         if t:
             rows.append({"contender": label, **_spread_cells(t.get("median_ms"), t), "vs eager": "",
-                         "vs torch.compile": "", "checks": "", "warnings": ""})
+                         "vs compile": "", "checks": "", "warnings": ""})
     return rows
 
 
@@ -111,10 +111,14 @@ def _spread_cells(median_ms, t: dict) -> dict[str, str]:
 
 
 def contest_table_html(d: dict) -> str:
+    rows = contest_rows(d)
     head = "".join(f"<th>{c}</th>" for c in CONTEST_COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(row[c])}</td>" for c in CONTEST_COLUMNS) + "</tr>"
-                   for row in contest_rows(d))
-    return f"<table class='kf-contest'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                   for row in rows)
+    notes = "".join(f"<li><b>{html.escape(row['contender'].split()[0])}</b> checks: {html.escape(row['checks'])}"
+                    f"<br>warnings: {html.escape(row['warnings'])}</li>" for row in rows if row["checks"])
+    return (f"<table class='kf-contest'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<ul class='kf-contest-notes'>{notes}</ul>")
 
 
 @renders(EventKind.RUN_FINISHED)

@@ -7,7 +7,8 @@ import pytest
 
 from kforge_core.store import EVENT_KINDS, open_store
 from tests.browser.appkit import app, app_env, texts, use_targets  # noqa: F401,F811 - pytest fixtures
-from tests.browser.seed import MARKER_PROGRAM, seed_finished_run, seed_live_run, seed_unsupported_run
+from tests.browser.seed import (JUDGE_FLAG, MARKER_PROGRAM, head_to_head_data, seed_finished_run, seed_live_run,
+                                seed_unsupported_run)
 
 
 @pytest.fixture
@@ -269,24 +270,12 @@ def test_head_to_head_shows_each_contenders_spread_checks_and_warnings(finished_
     min, max and trials, the checks it passed and what the judge flagged; the judging, the noise bounds and the
     contest's own warnings beside it. The event is the loop's own (`loop.head_to_head.contest_event`)."""
     from app.render_activity import CONTEST_COLUMNS, contest_rows
-    from kforge_core.loop.head_to_head import contest_event
-    from kforge_core.loop.types import Attempt
 
-    def t(median, low, high):
-        return {"median_ms": median, "min_ms": low, "max_ms": high, "trials": 7}
-
-    flag = "the judge could not confirm the reported times (on a busy machine)"
-    checks = [{"name": "timed outputs match eager", "passed": True, "detail": "12 calls"},
-              {"name": "judge's clock", "passed": True, "detail": "within its bracket"}]
-    result = {"contenders": {2: t(1.25, 0.9, 1.3), 1: t(2.5, 2.4, 2.6)}, "eager": t(4.0, 3.9, 4.1),
-              "compiled": t(2.5, 2.45, 2.6), "judged": True, "warnings": ["re-timed: the first was noisy (#2)"],
-              "per_contender": {2: {"checks": checks, "warnings": []}, 1: {"checks": checks, "warnings": [flag]}}}
-    contenders = [Attempt(2, "optimization", "correct", "ok"), Attempt(1, "functional", "correct", "ok")]
-    data = contest_event(result, contenders, 2, "best = the fastest median").data()
+    data, flag = head_to_head_data(), JUDGE_FLAG
     rows = contest_rows(data)
     assert [r["contender"] for r in rows] == ["#2 (best) — noisy", "#1", "eager", "torch.compile"]
     assert rows[0] == {"contender": "#2 (best) — noisy", "median": "1.25 ms", "min": "0.9 ms", "max": "1.3 ms",
-                       "trials": "7", "vs eager": "3.20x", "vs torch.compile": "2.00x",
+                       "trials": "7", "vs eager": "3.20x", "vs compile": "2.00x",
                        "checks": "timed outputs match eager ✓, judge's clock ✓",
                        "warnings": "noisy timing (its timing, median 1.25 ms is 1.4x its fastest trial (0.9 ms; bound "
                                    "1.3x) over 7 trials): the machine was busy or the timing unstable; re-time before "
@@ -295,7 +284,7 @@ def test_head_to_head_shows_each_contenders_spread_checks_and_warnings(finished_
     old = {**data, "contenders": [{k: v for k, v in data["contenders"][1].items() if k not in ("checks", "warnings")}]}
     assert (contest_rows(old)[0]["checks"], contest_rows(old)[0]["warnings"]) == ("not recorded", "not recorded")
     assert rows[2] == {"contender": "eager", "median": "4 ms", "min": "3.9 ms", "max": "4.1 ms", "trials": "7",
-                       "vs eager": "", "vs torch.compile": "", "checks": "", "warnings": ""}
+                       "vs eager": "", "vs compile": "", "checks": "", "warnings": ""}
     with open_store() as s:
         s.append_event(finished_run, "head_to_head", data)
     at = app(run=finished_run).run()
@@ -303,9 +292,10 @@ def test_head_to_head_shows_each_contenders_spread_checks_and_warnings(finished_
     body = texts(at)
     assert "Head to head → best #2" in body and "best = the fastest median" in body
     assert "".join(f"<th>{c}</th>" for c in CONTEST_COLUMNS) in body
-    assert ("<td>#2 (best) — noisy</td><td>1.25 ms</td><td>0.9 ms</td><td>1.3 ms</td><td>7</td><td>3.20x</td>"
-            "<td>2.00x</td><td>timed outputs match eager ✓, judge&#x27;s clock ✓</td>") in body
-    assert f"<td>{flag}</td>" in body
+    assert ("<tr><td>#2 (best) — noisy</td><td>1.25 ms</td><td>0.9 ms</td><td>1.3 ms</td><td>7</td><td>3.20x</td>"
+            "<td>2.00x</td></tr>") in body
+    assert "<li><b>#2</b> checks: timed outputs match eager ✓, judge&#x27;s clock ✓<br>warnings: noisy timing" in body
+    assert f"<li><b>#1</b> checks: timed outputs match eager ✓, judge&#x27;s clock ✓<br>warnings: {flag}</li>" in body
     assert any(c.value.startswith("Judged out of process: each contender ran in a process of its own")
                and "noisy if the median is over 1.3x the fastest trial" in c.value for c in at.caption)
     assert [w.value for w in at.warning if "re-timed" in w.value] == ["re-timed: the first was noisy (#2)"]
