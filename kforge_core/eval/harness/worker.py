@@ -20,7 +20,7 @@ import torch
 
 from ...errors import CompileError
 from ...platform import get_platform
-from . import context, guards, launches
+from . import conditions, context, guards, launches
 from .correctness import outputs_from_kernels
 from .run import ProblemFailure, _describe_exception, _guard_findings, _load_reference, _profile, load_candidate
 from .shared import Arena, ProtocolError, check_sealed, prepare_pinning, read, recv, send, write
@@ -123,7 +123,7 @@ class _Worker:
         if model is None:
             return loaded
         self.model = model
-        return {"ok": True, "training": model.training, **loaded}
+        return {"ok": True, "training": model.training, "conditions": conditions.read(), **loaded}
 
     def op_ping(self, msg: dict) -> dict:
         return {"ok": True}
