@@ -133,6 +133,22 @@ def test_zero_outputs_are_reported_as_zero(chunk):
     assert not c.passed and "constant output" in c.detail
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int32, torch.int64, torch.uint8,
+                                   torch.bool, torch.complex64])
+def test_fingerprint_one_pass_sum_is_the_weighted_sum(chunk, dtype):
+    """The CPU's dot product gives the digest's sum of element bits times weights modulo 2^64 exactly."""
+    x = (torch.randn(13, 11, dtype=torch.float64) * 1e6).to(dtype) if dtype != torch.bool else torch.rand(13, 11) > 0.5
+    flat = torch.view_as_real(x).reshape(-1) if x.is_complex() else x.reshape(-1)
+    w, base = compare._weights_on(flat.device)
+    want = 0
+    for lo in range(0, flat.numel(), w.numel()):
+        c = flat[lo:lo + w.numel()]
+        c = (c + 0.0).view(compare._BITS[c.element_size()]) if c.is_floating_point() else \
+            c.view(torch.uint8) if c.dtype == torch.bool else c
+        want = (want * base + int((c * w[:c.numel()]).sum())) & compare._MASK
+    assert compare.fingerprint(x) == ((str(x.dtype), tuple(x.shape), want),)
+
+
 def test_tensors_equal_and_fingerprints_across_chunks(chunk):
     """Equality (NaN equal to NaN, -0.0 to 0.0) and fingerprints: the same answer in one chunk or many."""
     a = torch.randn(13, 11)

@@ -237,8 +237,16 @@ def _tensor_fingerprint(t: torch.Tensor) -> tuple:
             c = (c + 0.0).view(_BITS[c.element_size()])  # + 0.0 turns -0.0 into 0.0
         elif c.dtype == torch.bool:
             c = c.view(torch.uint8)
-        h = (h * base + int((c * w[:c.numel()]).sum())) & _MASK  # int64 products and sums wrap modulo 2^64
+        h = (h * base + _weighted_sum(c, w[:c.numel()])) & _MASK
     return str(t.dtype), tuple(t.shape), h
+
+
+def _weighted_sum(c: torch.Tensor, w: torch.Tensor) -> int:
+    """sum(c * w) modulo 2^64 (int64 products and sums wrap): on the CPU one dot product, no product tensor (a
+    fingerprint is taken around every checked and timed call); CUDA has no integer dot."""
+    if c.device.type == "cpu":
+        return int(torch.dot(c.to(torch.int64), w))
+    return int((c * w).sum())
 
 
 def fingerprint(obj) -> tuple:
