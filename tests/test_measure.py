@@ -170,6 +170,18 @@ def test_head_to_head_times_contenders_side_by_side(two_verdicts):
     assert times[0]["trials"] == times[1]["trials"] == result["eager"]["trials"]
     assert result["compiled"] and result["compiled"]["trials"] == times[0]["trials"]
     assert times[1]["median_ms"] < times[0]["median_ms"]  # 400x less work: no load reverses that
+    # what each contender passed, on its own (issue 22 item 5): the contest's checks, and the judge's when judged
+    from kforge_core.eval import judged
+
+    assert result["judged"] is judged.enabled()
+    for i in (0, 1):
+        checks = {c["name"]: c for c in result["per_contender"][i]["checks"]}
+        assert all(c["passed"] for c in checks.values()), checks
+        assert {"timed outputs match eager", "must-launch", "inputs unmodified", "static rules", "guards"} <= set(checks)
+        compared = int(checks["timed outputs match eager"]["detail"].split()[3])  # "each of its N calls ..."
+        assert compared >= times[i]["trials"], checks  # every timed call (and warm-up) was compared
+        if result["judged"]:
+            assert {"judged out of process", "judge's clock"} <= set(checks), checks
 
 
 def test_evaluate_raises_cancelled_when_asked():
