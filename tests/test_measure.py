@@ -139,6 +139,17 @@ def test_compiled_baseline_built_once_and_interleaved(two_verdicts):
     assert verdicts[0][0].baseline["key"] == verdicts[1][0].baseline["key"]
 
 
+def test_every_timed_process_states_the_same_conditions(two_verdicts):
+    """Judge, candidate's process and baseline server timed under one stated set of thread and allocator settings."""
+    verdicts, _ = two_verdicts
+    for v, _ in verdicts:
+        check = next(c for c in v.checks if c["name"] == "timing conditions")
+        assert check["detail"].startswith("every timed process (eager (the judge), candidate's process (reported), "
+                                          "torch.compile baseline server)"), check
+        assert "OMP_WAIT_POLICY=PASSIVE" in check["detail"] and "MALLOC_TRIM_THRESHOLD_=" in check["detail"]
+        assert not any("different settings" in w for w in v.warnings), v.warnings
+
+
 def test_stage_events_in_order(two_verdicts):
     (first, first_stages), (second, second_stages) = two_verdicts[0]
     # the first evaluation built the baseline (once), the second did not

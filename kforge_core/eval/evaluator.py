@@ -125,7 +125,7 @@ def evaluate(problem: Problem, candidate_source: str, target: str, options: Eval
         raise ProblemError(server.problem_error)
     if server is not None and server.usable:
         relay = baselines.BaselineRelay(server)
-        request["remote_compiled"] = True
+        request.update(remote_compiled=True, compiled_conditions=server.conditions)
     elif server is not None and server.error:
         request["compiled_unavailable"] = server.error  # compiling again in every child would fail again
     files = {"problem.py": problem.source, "candidate.py": candidate_source}

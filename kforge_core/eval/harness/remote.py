@@ -68,6 +68,7 @@ class RemoteCandidate:
         # the copies, which would understate the custom-kernel share)
         self.forward_ns = 0
         self.round_trip_ms: float | None = None
+        self.conditions: dict | None = None  # what the candidate's process says it times under (conditions.read)
 
     # ------------------------------------------------------------------ channel
 
@@ -121,6 +122,7 @@ class RemoteCandidate:
         except GuardViolation as e:
             return None, {"status": "rejected", "reason": str(e)}
         self.training = bool(reply.get("training"))
+        self.conditions = reply.get("conditions")
         return self, {"build_s": float(reply.get("build_s") or 0.0), "builds": list(reply.get("builds") or [])}
 
     @staticmethod

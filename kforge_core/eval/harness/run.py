@@ -14,7 +14,7 @@ from ...errors import CompileError
 from ...platform import TimingIntegrityError, get_platform
 from ..rules import check_candidate
 from ..tolerance import get_policy
-from . import context, footprint, guards, launches, progress, watchdog, work
+from . import conditions, context, footprint, guards, launches, progress, watchdog, work
 from .compare import compare_outputs, fingerprint
 from .contest import run_contest
 from .correctness import check_correctness
@@ -222,7 +222,7 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     rng = random.Random()
     policy = get_policy(request.get("tolerance", "default"))
     models = {"candidate": new_model, "eager": ref_model}
-    out: dict = {"warnings": []}
+    out: dict = {"warnings": [], "checks": []}
     remote = None
     if request.get("baselines", True) and request.get("compiled_unavailable"):
         out["warnings"].append(str(request["compiled_unavailable"]))
@@ -283,13 +283,14 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
         raise guards.GuardViolation(found)
     if hasattr(side, "timing_check"):
         check, warning = side.timing_check(strict=platform.device_type != "cpu")
-        out["checks"] = [check]
+        out["checks"].append(check)
         out["warnings"] += [warning] if warning else []
         deferred = side.cpu_check()
         if deferred is not None:
             out["checks"].append(deferred[0])
             if deferred[1]:
                 raise TimingFailure("rejected", deferred[1])
+    _state_conditions(out, request, side, remote is not None)
     if platform.synchronous_kernels and candidate_calls[0]:
         # kernel time per candidate call (warm-ups and timed calls) against the median timed call
         per_call_ns = (launches.kernel_ns() - kernel_before) / candidate_calls[0]
@@ -313,6 +314,21 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     if below:
         raise TimingFailure("rejected", below)
     return out
+
+
+def _state_conditions(out: dict, request: dict, side, compiled_remote: bool) -> None:
+    """The timing conditions of every process that timed a side, as a check (and a warning where they differ). A
+    torch.compile baseline compiled in this process runs under this process's conditions."""
+    mine = conditions.read()
+    if isinstance(side, InProcess):
+        sides = {"candidate and eager (one process)": mine}
+    else:
+        sides = {"eager (the judge)": mine, "candidate's process (reported)": getattr(side, "conditions", None)}
+    if compiled_remote:
+        sides["torch.compile baseline server"] = request.get("compiled_conditions")
+    check, warning = conditions.check(sides)
+    out["checks"].append(check)
+    out["warnings"] += [warning] if warning else []
 
 
 # A timed call below this share of the floor fails on accelerators (their ceilings are measured on an idle device;

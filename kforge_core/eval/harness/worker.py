@@ -20,7 +20,7 @@ import torch
 
 from ...errors import CompileError
 from ...platform import get_platform
-from . import context, guards, launches
+from . import conditions, context, guards, launches
 from .correctness import outputs_from_kernels
 from .in_process import describe_exception, guard_findings, load_candidate, profile_candidate
 from .reference import ProblemFailure, _load_reference
@@ -124,7 +124,7 @@ class _Worker:
         if model is None:
             return loaded
         self.model = model
-        return {"ok": True, "training": model.training, **loaded}
+        return {"ok": True, "training": model.training, "conditions": conditions.read(), **loaded}
 
     def op_ping(self, msg: dict) -> dict:
         return {"ok": True}
