@@ -181,6 +181,17 @@ def _compare_tensor(g: torch.Tensor, w: torch.Tensor, policy: TolerancePolicy, l
                       notes, zero)
 
 
+def all_finite(out) -> bool:
+    """No NaN or Inf in any floating-point or complex tensor of `out`, chunk by chunk (torch.isfinite on a whole
+    CPU tensor takes temporaries of about its own size)."""
+    for t in flatten(out):
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+            flat, step = t.detach().reshape(-1), _chunk(t)
+            if not all(bool(torch.isfinite(flat[lo:lo + step]).all()) for lo in range(0, flat.numel(), step)):
+                return False
+    return True
+
+
 def tensors_equal(a, b) -> bool:
     """Exact equality (NaN equal to NaN at the same places, -0.0 equal to 0.0), chunk by chunk."""
     for x, y in zip(flatten(a), flatten(b)):

@@ -1,11 +1,13 @@
 """The correctness protocol. Each step names the published trick it defeats (shared/EVAL_PITFALLS.md).
 
 For every seed (at least 5), one seed at a time, with fresh random inputs:
-1. the candidate's copy of the inputs is cloned and fingerprinted, then the reference runs on the originals (which
-   are freed after); its outputs are held, not copied, until compared, then overwritten (NaN, or inverted bits for
-   integers) before they are freed, so no freed memory holds the answer;
-2. memory of the outputs' sizes is allocated, filled with NaN and freed (poisoning), so a candidate that returns
-   an unwritten buffer, or the reference's stale output buffer, returns NaN (stale buffers, unwritten tails);
+1. the candidate's copy of the inputs is made (a clone; for a candidate in its own process, written straight into
+   the arena it reads them from: `remote.candidate_copy`) and fingerprinted, then the reference runs on the
+   originals (which are freed after); its outputs are held, not copied, until compared, then overwritten (NaN, or
+   inverted bits for integers) before they are freed, so no freed memory holds the answer;
+2. memory of the outputs' sizes is allocated, filled with NaN and freed (poisoning) in the process the candidate
+   runs in, so a candidate that returns an unwritten buffer, or the reference's stale output buffer, returns NaN
+   (stale buffers, unwritten tails);
 3. the candidate runs on its copy, after the reference (stale buffers again), with the launch counter reset;
    it must have launched at least one kernel it compiled (pure-PyTorch "kernels");
 4. the candidate's inputs must be unchanged afterwards (same fingerprint: mutated inputs);
@@ -13,12 +15,16 @@ For every seed (at least 5), one seed at a time, with fresh random inputs:
    whose values are small next to atol must be close in relative L2 too: zero outputs on tiny values).
 Both run right after the same RNG seed (the policy for problems that draw random numbers, such as Dropout in
 training mode: a candidate matches by drawing the same numbers through torch's generator in the same order).
-Then, once: the inputs of the last call are overwritten in place with new values (same addresses) and the
-candidate must follow them (caching by input address or by shape), and candidate outputs must differ across seeds
+Then, once: the inputs of the last call are overwritten in place with new values (same addresses; the reference
+runs on the judge's own copy of them) and the candidate must follow them (caching by input address or by shape),
+and candidate outputs must differ across seeds
 whenever the reference's do (constant outputs; compared by fingerprint, so no seed's outputs are kept).
 
 Memory: at most the inputs twice (during the reference's call), or the inputs once and the outputs three times
-(the candidate's copy, the reference's outputs and the poisoning), besides the models and their own working memory.
+(the candidate's copy, the reference's outputs and the poisoning), besides the models and their own working memory;
+a seed's inputs are freed before the next seed's are made. With the candidate in its own process the judge holds
+less: the candidate's copy is the arena's and the poisoning is the other process's, so at most the inputs and the
+reference's outputs, or the reference's and the candidate's outputs, besides the arena (inputs + outputs).
 
 After every candidate call `after_call()` runs (the caller checks that no global torch state, hook, mode or
 patched function was left behind, before the harness computes anything else), and the outputs are checked to be
@@ -38,8 +44,8 @@ import torch
 
 from . import context, guards, launches, progress, watchdog
 from .compare import compare_outputs, fingerprint, flatten
-from .loading import clone, tensor_bytes
-from .remote import fresh_rng_seed, seed_for_call
+from .loading import tensor_bytes
+from .remote import candidate_copy, fresh_rng_seed, poison_for_call, seed_for_call
 
 
 @dataclass
@@ -106,6 +112,31 @@ def outputs_from_kernels(outputs, touched: list[tuple[int, int]]) -> bool | None
     return any(start < p + max(n, 1) and p < end for start, end in spans for p, n in touched)
 
 
+def _rewrite_in_place(inputs, fresh) -> list:
+    """Copy the values of `fresh` into the tensors of `inputs` (same addresses), and return the reference's copy
+    of the result: `inputs`' structure and values, with tensors of the judge's own (`fresh`'s, or a copy of what
+    was written where `copy_` converted) -- never read back from `inputs`, which for a candidate in its own
+    process is memory that process can write."""
+    own = {}
+    for dst, src in zip(flatten(inputs), flatten(fresh)):
+        if isinstance(dst, torch.Tensor):
+            dst.copy_(src)
+            same = isinstance(src, torch.Tensor) and src.shape == dst.shape and src.dtype == dst.dtype
+            own[id(dst)] = src if same else torch.empty(dst.shape, dtype=dst.dtype, device=src.device).copy_(src)
+    return list(_with_tensors(inputs, own))
+
+
+def _with_tensors(x, own: dict):
+    """`x` with each tensor replaced by own[id(tensor)] (a copy where there is none). A module-level function,
+    not a closure: a recursive closure is a reference cycle that would keep `own`'s tensors alive until the
+    garbage collector runs."""
+    if isinstance(x, torch.Tensor):
+        return own[id(x)] if id(x) in own else x.detach().clone()  # not rewritten (fresh had fewer)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_with_tensors(y, own) for y in x)
+    return x
+
+
 def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], policy, platform,
                       seeds: list[int], after_call: Callable[[], None] | None = None) -> CorrectnessResult:
     res = CorrectnessResult("correct", "")
@@ -167,7 +198,7 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
         pristine = fingerprint(cand_inputs)
         ref_out = run(ref_model, inputs, rng_seed)
         inputs.clear()  # the reference's copy (possibly written by it) is not needed again
-        platform.poison_allocations(_sizes(ref_out) * 2)
+        poison_for_call(platform, new_model, _sizes(ref_out) * 2)
         cand_out = candidate_call(cand_inputs, rng_seed, what)
         if fingerprint(cand_inputs) != pristine:
             raise Fail("incorrect", f"{what}: ModelNew modified its inputs in place [rule no-input-mutation]")
@@ -183,8 +214,9 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
         last_inputs = None
         for k, seed in enumerate(seeds):
             progress.stage(f"checking seed {k + 1}/{len(seeds)}", seed=k + 1, of=len(seeds))
+            last_inputs = None  # the previous seed's inputs go before this seed's are made
             inputs = list(make_inputs(seed))
-            last_inputs = clone(inputs)
+            last_inputs = candidate_copy(new_model, inputs)
             c, (ref_print, cand_print) = check(inputs, last_inputs, fresh_rng_seed(), f"seed {seed}")
             checks.append({"name": f"seed {seed}", "passed": True, "detail": c.detail})
             ref_seen.append(ref_print)
@@ -192,12 +224,7 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
             del inputs, c
 
         # Same addresses, new values: a result cached by data pointer or shape now goes stale.
-        fresh = make_inputs(seeds[-1] + 7919)
-        for dst, src in zip(flatten(last_inputs), flatten(fresh)):
-            if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
-        del fresh
-        check(list(clone(last_inputs)), last_inputs, fresh_rng_seed(),
+        check(_rewrite_in_place(last_inputs, make_inputs(seeds[-1] + 7919)), last_inputs, fresh_rng_seed(),
               "inputs rewritten in place at the same addresses (result caching)")
         checks.append({"name": "in-place rewrite of inputs", "passed": True, "detail": "outputs follow new values"})
         del last_inputs

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from . import context, footprint, guards, watchdog
-from .compare import compare_outputs, describe, fingerprint, flatten, tensors_equal
+from .compare import all_finite, compare_outputs, describe, fingerprint, flatten, tensors_equal
 from .correctness import held_elsewhere
 from .loading import check_inputs, clone, import_file, size_overrides, tensor_bytes, to_device
 
@@ -137,10 +137,8 @@ def _reference_checks(ref_model, make_inputs, platform, policy, memory) -> tuple
         raise
     except Exception as e:  # noqa: BLE001
         raise ProblemFailure(f"the reference Model raised {type(e).__name__}: {str(e)[:500]}") from e
-    for t in flatten(out_a):
-        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and \
-                not bool(torch.isfinite(t).all()):
-            raise ProblemFailure("the reference output contains NaN or Inf for the problem's own inputs")
+    if not all_finite(out_a):
+        raise ProblemFailure("the reference output contains NaN or Inf for the problem's own inputs")
     # the comparison's own ops are watched like the reference's (guards: a replaced ATen kernel)
     if not guards.record_ops(lambda: tensors_equal(out_a, out_b)):
         c = guards.record_ops(lambda: compare_outputs(out_b, out_a, policy))

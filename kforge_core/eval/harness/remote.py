@@ -23,12 +23,14 @@ import random
 import socket
 import statistics
 import time
+import weakref
 
 import torch
 
 from . import context, launches, shared
 from .cpu_check import CpuWatch
 from .guards import GuardViolation
+from .loading import clone
 
 # The median reported duration must be at least this share of the judge's fastest bracket around a timed call
 # (less the channel's round trip), less REPORT_SLACK_MS. The fastest bracket, because a bracket only ever grows with
@@ -58,9 +60,15 @@ class RemoteCandidate:
         self.arena: shared.Arena | None = None
         self.out_reserve = 1 << 16
         self.next_rng_seed: int | None = None  # see seed_for_call
+        self.next_poison: list[int] = []  # see poison_for_call
         self.training = False
         self.aten_ops: set[str] = set()
-        self._last_inputs: tuple = ()
+        # the last call's input tensors, weakly: whether the next call passes the very same tensors (an in-place
+        # rewrite) is all that is asked of them, and a strong reference would keep a seed's inputs alive while the
+        # next seed's are made (one more copy of the inputs at the correctness phase's peak)
+        self._last_inputs: list[weakref.ref] = []
+        self._staged: tuple[list[weakref.ref], dict, int] | None = None  # see stage
+        self._unsent_fds: list[int] = []  # a new arena's descriptor, until a request carries it
         self._calls = 0
         # (reported ms, judge's wall ms, the CPU reading's lower bound in ms or None) per timed call
         self.timed: list[tuple[float, float, float | None]] = []
@@ -169,9 +177,8 @@ class RemoteCandidate:
 
     # ------------------------------------------------------------------ calls
 
-    def _put_inputs(self, inputs: tuple) -> tuple[dict, int, list[int]]:
+    def _put_inputs(self, inputs: tuple) -> tuple[dict, int]:
         need = shared.total_bytes(list(inputs)) + self.out_reserve
-        fds = []
         if self.arena is None or self.arena.size < need:
             if self.arena is not None:
                 self.arena.close()
@@ -179,17 +186,45 @@ class RemoteCandidate:
             # described, not copied), and KernelBench's 6 GiB tensors leave no host memory for slack
             self.arena = shared.Arena.create(need)
             self.arena.pin(self.device)
-            fds = [self.arena.fd]
+            self._unsent_fds = [self.arena.fd]  # goes with the next request (an older arena's is closed)
+        self._staged = None  # the arena's inputs are rewritten: no earlier staging describes them
         layout, end = shared.write(self.arena, list(inputs), 0)
-        return layout, shared._align(end), fds
+        return layout, shared._align(end)
 
-    def _take(self, reply: dict, layout: dict, inputs: tuple, copying=None):
+    def _fds(self) -> list[int]:
+        fds, self._unsent_fds = self._unsent_fds, []
+        return fds
+
+    def stage(self, inputs: list) -> list | None:
+        """The candidate's copy of `inputs`, written into the arena now and returned as tensors over it (host
+        memory, no copy of the judge's own); None where an input cannot cross that way. Called with exactly these
+        tensors, the next call sends them as they are, and the inputs as the candidate's process left them are read
+        there, in the arena (the mutation check), not copied back. The judge never takes values *from* these
+        tensors for its own use: the candidate's process can write them at any time."""
+        layout, out_offset = self._put_inputs(tuple(inputs))
+        views = shared.views(self.arena, layout)
+        if views is None:
+            return None
+        self._staged = ([weakref.ref(t) for t in _flat_tensors(views)], layout, out_offset)
+        return views
+
+    def _staged_layout(self, tensors: list[torch.Tensor]) -> tuple[dict, int] | None:
+        if self._staged is None:
+            return None
+        refs, layout, out_offset = self._staged
+        if len(refs) != len(tensors) or not all(r() is t for r, t in zip(refs, tensors)):
+            return None
+        return layout, out_offset
+
+    def _take(self, reply: dict, layout: dict, inputs: tuple, copying=None, staged: bool = False):
         """Read the outputs (and the inputs as the candidate left them, into the judge's own input tensors, so a
-        mutation shows there) out of the arena; merge the reported launch records. `copying`: a context that
-        measures the judge's own cost of that read (the CPU check's yardstick)."""
+        mutation shows there; staged inputs are the arena's own memory already) out of the arena; merge the
+        reported launch records. `copying`: a context that measures the judge's own cost of that read (the CPU
+        check's yardstick)."""
         try:
             with copying or contextlib.nullcontext():
-                shared.read(self.arena, layout, self.device, into=list(inputs))
+                if not staged:
+                    shared.read(self.arena, layout, self.device, into=list(inputs))
                 out = shared.read(self.arena, reply.get("out"), self.device)
         except shared.ProtocolError as e:
             raise RemoteFailure("rejected", f"the candidate's process broke the evaluation protocol: {e} "
@@ -201,19 +236,24 @@ class RemoteCandidate:
         return out
 
     def __call__(self, *inputs):
-        reuse = len(inputs) == len(self._last_inputs) and all(a is b for a, b in zip(inputs, self._last_inputs))
-        layout, out_offset, fds = self._put_inputs(inputs)
+        tensors = _flat_tensors(list(inputs))
+        reuse = self._calls > 0 and len(tensors) == len(self._last_inputs) and \
+            all(r() is t for r, t in zip(self._last_inputs, tensors))
+        staged = self._staged_layout(tensors)
+        layout, out_offset = staged if staged is not None else self._put_inputs(inputs)
         first = self._calls == 0
         self._calls += 1
+        poison, self.next_poison = self.next_poison, []
         reply = self._ask({"op": "call", "inputs": layout, "out_offset": out_offset, "reuse": reuse,
-                           "record_ops": first, "rng_seed": self._take_rng_seed()}, fds)
-        self._last_inputs = inputs
+                           "record_ops": first, "rng_seed": self._take_rng_seed(), "poison": poison}, self._fds())
+        self._last_inputs = [weakref.ref(t) for t in tensors]
+        del tensors
         if first:
             self.aten_ops = {str(op) for op in reply.get("aten_ops") or []}
         else:  # as the one-process protocol counts it: not the first (recorded) call
             ns = reply.get("forward_ns")
             self.forward_ns += ns if isinstance(ns, int) and ns > 0 else 0
-        return self._take(reply, layout, inputs)
+        return self._take(reply, layout, inputs, staged=staged is not None)
 
     def calibrate(self, n: int = 7) -> None:
         """The channel's own round trip (an empty request), subtracted from the judge's brackets."""
@@ -233,8 +273,8 @@ class RemoteCandidate:
         each process, which eager, timed inside the judge, does not pay."""
         if self.round_trip_ms is None:
             self.calibrate()
-        layout, out_offset, fds = self._put_inputs(tuple(inputs))
-        self._ask({"op": "prep", "inputs": layout, "rng_seed": self._take_rng_seed()}, fds)
+        layout, out_offset = self._put_inputs(tuple(inputs))
+        self._ask({"op": "prep", "inputs": layout, "rng_seed": self._take_rng_seed()}, self._fds())
         bracket: list[float] = []
         reply = self._ask({"op": "time"}, clock=bracket)
         wall_ms = bracket[0]
@@ -326,6 +366,26 @@ def fresh_rng_seed() -> int:
     """A seed for the random numbers a forward draws (Dropout...), drawn apart from the input seeds: a candidate
     told it learns nothing about the inputs to come."""
     return random.SystemRandom().getrandbits(62)
+
+
+def candidate_copy(model, inputs: list) -> list:
+    """The candidate's own copy of the inputs: for a candidate in its own process, written straight into the
+    arena it reads them from (`RemoteCandidate.stage`: the judge holds no second copy); otherwise a clone."""
+    if isinstance(model, RemoteCandidate):
+        staged = model.stage(inputs)
+        if staged is not None:
+            return staged
+    return clone(inputs)
+
+
+def poison_for_call(platform, model, sizes: list[int]) -> None:
+    """Fill fresh memory of these sizes with NaN and free it, in the process the candidate's next call runs in
+    (correctness.py, step 2): for a candidate in its own process that is there, right before its forward (the
+    judge's own memory is out of its reach, and poisoning it would only add to the judge's peak)."""
+    if isinstance(model, RemoteCandidate):
+        model.next_poison = list(sizes)
+    else:
+        platform.poison_allocations(sizes)
 
 
 def seed_for_call(platform, model, rng_seed: int) -> None:

@@ -241,6 +241,30 @@ def read(arena: Arena, layout, device: torch.device | str = "cpu", into=None):
     raise ProtocolError("an unknown layout entry")
 
 
+def views(arena: Arena, layout):
+    """The value a layout this side wrote describes, with its tensors as views over the arena (no copy; they
+    change when the arena does); None where a tensor was not written as a plain one (too large, an unknown dtype,
+    a subclass)."""
+    if "t" in layout:
+        if layout.get("nofit") or "type" in layout:
+            return None
+        dtype_name, shape, offset = _tensor_fields(layout["t"])
+        dtype = _dtype(dtype_name)
+        numel = 1
+        for s in shape:
+            numel *= s
+        return arena.view(offset, numel * torch.empty(0, dtype=dtype).element_size(), torch.uint8) \
+            .view(dtype).reshape(shape)
+    if "l" in layout and "d" not in layout:
+        items = [views(arena, item) for item in layout["l"]]
+        if any(item is None and "v" not in entry for item, entry in zip(items, layout["l"])):
+            return None
+        return tuple(items) if layout.get("tuple") else items
+    if "v" in layout:
+        return layout["v"]
+    return None
+
+
 def _tensor_fields(desc) -> tuple[str, list[int], int]:
     if not (isinstance(desc, list) and len(desc) == 3 and isinstance(desc[1], list) and isinstance(desc[2], int)):
         raise ProtocolError("a malformed tensor entry")
