@@ -114,6 +114,21 @@ def build_library(directory: Path, *, source: str, flags: list[str], cxx: str, c
                            log=native.sanitize_compiler_log(proc.stderr, ("kernel.cpp",), ()))
 
 
+def _mmap_threshold() -> int | None:
+    """glibc's mmap threshold where it is fixed for this process (MALLOC_MMAP_THRESHOLD_, read by glibc at start),
+    else None (glibc's own threshold moves with the blocks freed; another libc has other rules)."""
+    if _pyplatform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        value = int(os.environ.get("MALLOC_MMAP_THRESHOLD_", ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+_MMAP_THRESHOLD = _mmap_threshold()  # at import: before any guard watches what this process opens
+
+
 class CpuPlatform(Platform):
     name = "cpu"
     title = "CPU (C++ / OpenMP)"
@@ -129,6 +144,14 @@ class CpuPlatform(Platform):
     tiny_problem_ms = 0.02
 
     _flush_buffer = None
+
+    def poison_allocations(self, sizes_bytes: list[int]) -> None:
+        """Poison only what the heap can hand out again: a block at or above glibc's mmap threshold (fixed in every
+        evaluation child: child_setup.MALLOC_MMAP_THRESHOLD) is a fresh mapping on every allocation, zero pages from
+        the kernel, and is unmapped when freed, so poisoning one would never reach a later allocation and would only
+        cost its size in memory (twice the outputs, at KernelBench's sizes gigabytes)."""
+        limit = _MMAP_THRESHOLD
+        super().poison_allocations([n for n in sizes_bytes if limit is None or n < limit])
 
     def availability(self) -> Availability:
         cxx = _compiler()

@@ -78,3 +78,30 @@ def test_in_place_rewrite_gives_the_reference_a_private_copy():
     dst[0].fill_(-1.0)
     dst[1][0].fill_(-1.0)
     assert torch.equal(ref[0], torch.arange(4.0)) and torch.equal(ref[1][0], torch.ones(2, dtype=torch.float64))
+
+
+def test_cpu_poisons_only_what_the_heap_can_hand_out_again(monkeypatch):
+    """Blocks at or above glibc's fixed mmap threshold are fresh zero pages on every allocation: poisoning them
+    reaches nothing and costs their size; smaller ones (the heap's) are poisoned as before, and all of them where
+    the threshold is not known."""
+    import platforms.cpu as cpu
+    from kforge_core.platform import Platform
+
+    seen = []
+    monkeypatch.setattr(Platform, "poison_allocations", lambda self, sizes: seen.append(list(sizes)))
+    plat = cpu.CpuPlatform()
+    monkeypatch.setattr(cpu, "_MMAP_THRESHOLD", 32 << 20)
+    plat.poison_allocations([1 << 20, 32 << 20, 1 << 30])
+    monkeypatch.setattr(cpu, "_MMAP_THRESHOLD", None)
+    plat.poison_allocations([1 << 20, 1 << 30])
+    assert seen == [[1 << 20], [1 << 20, 1 << 30]]
+
+
+def test_mmap_threshold_is_read_only_when_fixed(monkeypatch):
+    import platforms.cpu as cpu
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
+    assert cpu._mmap_threshold() in (32 << 20, None)  # None off glibc
+    for value in ("", "lots", "0"):
+        monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", value)
+        assert cpu._mmap_threshold() is None
