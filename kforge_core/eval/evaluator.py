@@ -178,7 +178,7 @@ def head_to_head(problem: Problem, programs: dict[int, str], target: str, option
     relay = None
     if server is not None and server.usable:
         relay = baselines.BaselineRelay(server)
-        request["remote_compiled"] = True
+        request.update(remote_compiled=True, compiled_conditions=server.conditions)
     files = {"problem.py": problem.source, **{f"{name}.py": programs[i] for name, i in names.items()}}
     limits = dict(timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
                   limit_address_space=platform.limit_address_space, fork_server_safe=platform.fork_server_safe,

@@ -23,7 +23,7 @@ from pathlib import Path
 from ...errors import CompileError
 from ..rules import check_candidate
 from ..tolerance import get_policy
-from . import context, guards, progress
+from . import conditions, context, guards, progress
 from .compare import compare_outputs, fingerprint
 from .in_process import copy_matching_weights, guard_findings, raise_guard_findings
 from .loading import candidate_class, clone, import_file
@@ -118,6 +118,15 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
     except BaseException as e:  # noqa: BLE001 - candidate code
         return {"status": "runtime_error", "reason": f"head-to-head: timing raised {type(e).__name__}: {e}"}
     per = _contest_checks(names, compared, judged)
+    compiled_conditions = request.get("compiled_conditions") if "compiled" in models else None
+    for name in names:  # as a verdict states them: each contender's process, eager's and the compiled baseline's
+        sides = {"eager (the judge)": conditions.read(),
+                 "the contender's process (reported)": remotes[name].conditions if judged else conditions.read()}
+        if "compiled" in models:
+            sides["torch.compile baseline server"] = compiled_conditions
+        check, warning = conditions.check(sides)
+        per[name]["checks"].append(check)
+        per[name]["warnings"] += [warning] if warning else []
     for name, (checks, warnings) in judge.items():
         per[name]["checks"] += checks
         per[name]["warnings"] += warnings
