@@ -42,6 +42,16 @@ POOL_CASES = {
                                    "2, 2, 9, 10, 12"),
     "avgpool2d_divisor": _pool("AvgPool2d(3, stride=2, padding=1, ceil_mode=True, divisor_override=5)",
                                "2, 2, 10, 12"),
+    # a window kernel's chains reading one value per row too (KernelBench level 2's 50, 82, 74 shapes): 0-d
+    # scales, a per-channel bias before and after a pool, a bias broadcast over a lead dim that is not the last
+    "window_chains": problem(
+        forward="return (self.p3(x * self.s1) + self.b3) * self.s2, "
+                "self.p2(torch.tanh(x[:, :, 0]) * 2.0 + self.b2), self.p2(x[0] * self.w) - self.v",
+        inputs="[torch.randn(2, 4, 6, 8, 10)]",
+        ctor="self.p3 = nn.AvgPool3d(2); self.p2 = nn.AvgPool2d(3, stride=2, padding=1); "
+             "self.s1 = nn.Parameter(torch.tensor(0.5)); self.s2 = nn.Parameter(torch.tensor(1.5)); "
+             "self.b3 = nn.Parameter(torch.randn(4, 1, 1, 1)); self.b2 = nn.Parameter(torch.randn(4, 1, 1)); "
+             "self.w = nn.Parameter(torch.randn(4, 1, 1, 1)); self.v = nn.Parameter(torch.randn(6, 1, 1))"),
 }
 # the cases only writers with window kernels (C++, CUDA, Triton) write; Metal keeps them in PyTorch
 WINDOW_ONLY = {"maxpool2d_k4s1", "maxpool2d_ceil_partial", "avgpool3d_exclude_pad", "avgpool2d_divisor"}

@@ -17,7 +17,7 @@ import pytest
 from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
 from kforge_core.synth.lower.pooling import out_size, pooling_kind
 from kforge_core.synth.schedule import Schedule
-from tests.pooling_cases import (POOL_COMBINED, POOL_UNSUPPORTED, POOL_UNSUPPORTED_REASONS,
+from tests.pooling_cases import (POOL_CASES, POOL_COMBINED, POOL_UNSUPPORTED, POOL_UNSUPPORTED_REASONS,
                                  POOL_WINDOW_ONLY, POOL_WINDOW_ONLY_REASONS)
 from tests.test_builtin_kernelbench import BEST, judge, synthesized, writes_every_case
 
@@ -92,13 +92,14 @@ def test_window_kernels_follow_pytorch_on_nan_and_infinities(agent, sched):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit) to compile the kernels offline; "
                     "the GPU tests compile them through NVRTC")
 def test_cuda_window_kernels_compile(agent, tmp_path):
-    """Every pooling problem's CUDA source (window kernels and the fused chains), with every move, compiles."""
+    """Every pooling problem's CUDA source (window kernels, the fused chains and their row values), with every
+    move, compiles."""
     from kforge_core.synth.schedule import order_for
 
     full = Schedule()
     for move in order_for("cuda"):
         full = full.with_move(move)
-    for case, src in POOL_COMBINED.items():
+    for case, src in {**POOL_COMBINED, "window_chains": POOL_CASES["window_chains"]}.items():
         res = agent.synthesize(src, "cuda", full, case)
         assert res.program, res.error
         cu = tmp_path / f"{case}.cu"

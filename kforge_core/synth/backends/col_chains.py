@@ -12,9 +12,10 @@ from ..lower.ir import Prim
 from ..plan.plans import knode_of
 
 
-def _operand_code(prims: list[Prim], src: str, var, lit):
-    """Renders an operand of a chain primitive: the previous value (or `src` for the first), or a constant."""
-    names = {p.name: var(i) for i, p in enumerate(prims)}
+def _operand_code(prims: list[Prim], src: str, var, lit, aux: dict):
+    """Renders an operand of a chain primitive: the previous value (or `src` for the first), a row value (`aux`:
+    value name -> variable), or a constant."""
+    names = {p.name: var(i) for i, p in enumerate(prims)} | aux
 
     def code(o) -> str:
         if o[0] == "c":
@@ -26,24 +27,29 @@ def _operand_code(prims: list[Prim], src: str, var, lit):
     return code
 
 
-def _c_chain(prims: list[Prim], src: str, dst: str, tag: str) -> str:
+def _c_chain(prims: list[Prim], src: str, dst: str, tag: str, aux: dict) -> str:
     """C statements `const float dst = chain(src);` (one line; `tag` keeps the temporaries' names unique)."""
     if not prims:
         return f"const float {dst} = {src};"
     var = (lambda i: f"{tag}{i}")
-    code = _operand_code(prims, src, var, flit)
+    code = _operand_code(prims, src, var, flit, aux)
     parts = [f"const float {var(i)} = {node_expr(knode_of(p, p.operands, 'E'), code)};" for i, p in enumerate(prims)]
     return " ".join(parts + [f"const float {dst} = {var(len(prims) - 1)};"])
 
 
-def triton_chain(prims: list[Prim], src: str, dst: str, tag: str) -> list[str]:
-    """Triton assignments `dst = chain(src)`, one a line."""
+def row_values(col) -> dict:
+    """The variables a kernel holds its row's `col.aux` values in (av0, av1, ...), by value name."""
+    return {a: f"av{i}" for i, a in enumerate(col.aux)}
+
+
+def triton_chain(prims: list[Prim], src: str, dst: str, tag: str, aux: dict | None = None) -> list[str]:
+    """Triton assignments `dst = chain(src)`, one a line (`aux`: the row values' variables)."""
     from .triton import _plit, triton_expr  # the Triton writer imports this module's users
 
     if not prims:
         return [f"{dst} = {src}"]
     var = (lambda i: f"{tag}{i}")
-    code = _operand_code(prims, src, var, _plit)
+    code = _operand_code(prims, src, var, _plit, aux or {})
     lines = [f"{var(i)} = {triton_expr(knode_of(p, p.operands, 'E'), code)}" for i, p in enumerate(prims)]
     return lines + [f"{dst} = {var(len(prims) - 1)}"]
 
@@ -54,18 +60,24 @@ _C_STORE = re.compile(r"\b(OUTR|OUT) = ([^;]+);")
 def c_functions(col, qual: str) -> list[str]:
     """The C-family functions `<kernel>_pre(float)` / `<kernel>_post(float)` of a kernel's fused chains (`qual`:
     the dialect's helper qualifiers), to be written before the kernel; none for an empty chain."""
-    return [f"{qual} float {col.kname}_{which}(float u) {{ {_c_chain(prims, 'u', 'y', 't')} return y; }}"
-            for which, prims in (("pre", col.pre), ("post", col.post)) if prims]
+    rows = row_values(col)
+    params = "".join(f", float {v}" for v in rows.values())
+    return [f"{qual} float {col.kname}_{which}(float u{params}) {{ {_c_chain(prims, 'u', 'y', 't', rows)} "
+            "return y; }" for which, prims in (("pre", col.pre), ("post", col.post)) if prims]
+
+
+def _c_call(col, which: str, arg: str) -> str:
+    return f"{col.kname}_{which}({arg}{''.join(', ' + v for v in row_values(col).values())})"
 
 
 def c_read(col, ref: str) -> str:
-    """An element the kernel reads, through its fused prologue."""
-    return f"{col.kname}_pre({ref})" if col.pre else ref
+    """An element the kernel reads, through its fused prologue (the row values in the kernel's av0, ...)."""
+    return _c_call(col, "pre", ref) if col.pre else ref
 
 
 def c_post(col, value: str) -> str:
     """A value the kernel writes, through its fused epilogue."""
-    return f"{col.kname}_post({value})" if col.post else value
+    return _c_call(col, "post", value) if col.post else value
 
 
 def c_stores(stmt: str, col) -> str:

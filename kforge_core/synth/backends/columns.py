@@ -86,6 +86,14 @@ def kf_pool_view(t, k, s, p, dil, ceil):
     return t, B, L, tuple(O)
 
 
+def kf_pool_rows(t, x, d):
+    """A tensor read by a window kernel's fused chains as one float32 value per row of x's (B, ...) view: t
+    broadcast to x's lead dims (size 1 along the d pooled dims), contiguous."""
+    lead = tuple(x.shape[:x.dim() - d])
+    t = torch.as_tensor(t, dtype=torch.float32, device=x.device)
+    return t.broadcast_to(lead + (1,) * d).reshape(-1).contiguous()
+
+
 def kf_bn_update(mean, var, tracked, stats, count, momentum):
     """Training-mode BatchNorm's running statistics, updated as PyTorch does; returns the batch mean."""
     with torch.no_grad():
@@ -102,7 +110,8 @@ def col_helpers_for(program: str) -> str:
     """The column helpers `program` calls (kf_col_view brings kf_col_block), in COL_HELPERS' order."""
     text = COL_HELPERS.strip()
     lines = text.splitlines()
-    want = {n for n in ("kf_col_view", "kf_col_shape", "kf_pool_view", "kf_bn_update") if f"{n}(" in program}
+    want = {n for n in ("kf_col_view", "kf_col_shape", "kf_pool_view", "kf_pool_rows",
+                                       "kf_bn_update") if f"{n}(" in program}
     if "kf_col_view" in want:
         want.add("kf_col_block")
     return "\n\n\n".join("\n".join(lines[node.lineno - 1:node.end_lineno]) for node in parse_ast(text).body

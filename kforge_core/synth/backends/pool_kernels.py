@@ -21,7 +21,7 @@ cell read, `ColOp.post` on every output) are written by `col_chains`.
 
 from __future__ import annotations
 
-from .col_chains import c_post, c_read, triton_chain
+from .col_chains import c_post, c_read, row_values, triton_chain
 from ..lower.colops import ColOp
 from ..schedule import Schedule
 
@@ -33,9 +33,10 @@ def _dims(col: ColOp) -> int:
     return len(col.pool["k"])
 
 
-def _params(col: ColOp, index_t: str) -> str:
+def _params(col: ColOp, index_t: str, restrict: str = "") -> str:
+    """The parameters after `out`: the row values' arrays, then the sizes."""
     d = _dims(col)
-    return ", ".join([f"{index_t} B"] + [f"{index_t} L{i}" for i in range(d)] + [f"{index_t} O{i}" for i in range(d)])
+    return ", ".join([f"const float*{restrict} a{i}" for i in range(len(col.aux))] + [f"{index_t} B"] + [f"{index_t} L{i}" for i in range(d)] + [f"{index_t} O{i}" for i in range(d)])
 
 
 def _divisor_factor(col: ColOp, i: int, o: str, index_t: str) -> str:
@@ -102,6 +103,7 @@ def cpu_pool(col: ColOp, sched: Schedule) -> list[str]:
     for i in reversed(range(last)):
         lines.append(f"        const int64_t o{i} = q % O{i}; q /= O{i};")
     lines.append("        const float* xb = x + q * (" + " * ".join(f"L{i}" for i in range(d)) + ");")
+    lines += [f"        const float {v} = a{i}[q];" for i, v in enumerate(row_values(col).values())]
     lines.append(f"        float* ob = out + row * O{last} + j0;")
     lines += [f"        float acc[{CPU_CHUNK}];", f"        for (int64_t j = 0; j < n; ++j) acc[j] = {_init(col)};"]
     depth, base = 2, "xb"
@@ -138,7 +140,7 @@ def cpu_pool(col: ColOp, sched: Schedule) -> list[str]:
 
 
 def cpu_launch(col: ColOp, names: dict) -> list[str]:
-    return launch_lines(col, names, f"self.kf_lib.{col.kname}(xc, out, B, *L, *O)")
+    return launch_lines(col, names, f"self.kf_lib.{col.kname}(xc, out, {_aux_args(col)}B, *L, *O)")
 
 
 # ----------------------------------------------------------------------------------------------- CUDA
@@ -149,7 +151,7 @@ def cuda_pool(col: ColOp) -> list[str]:
     total = " * ".join(["B"] + [f"O{i}" for i in range(d)])
     lines = [_header(col, "a thread an output element, its window read in place"),
              f'extern "C" __global__ void {col.kname}(const float* __restrict__ x, float* __restrict__ out, '
-             f"{_params(col, ll)}) {{",
+             f"{_params(col, ll, ' __restrict__')}) {{",
              f"    const {ll} total = {total};",
              f"    for ({ll} t = blockIdx.x * ({ll})blockDim.x + threadIdx.x; t < total; "
              f"t += ({ll})gridDim.x * blockDim.x) {{",
@@ -158,6 +160,7 @@ def cuda_pool(col: ColOp) -> list[str]:
         lines.append(f"        const {ll} o{i} = q % O{i}; q /= O{i};")
     lines += ["        const float* xb = x + q * (" + " * ".join(f"L{i}" for i in range(d)) + ");",
               f"        float acc = {_init(col)};"]
+    lines += [f"        const float {v} = a{i}[q];" for i, v in enumerate(row_values(col).values())]
     depth, base = 2, "xb"
     for i in range(d):
         ind = "    " * depth
@@ -179,14 +182,16 @@ def cuda_pool(col: ColOp) -> list[str]:
 
 def cuda_launch(col: ColOp, names: dict) -> list[str]:
     return launch_lines(col, names, f"self.kf_mod.{col.kname}(grid=(max(1, min((out.numel() + 255) // 256, "
-                                    "self.kf_sms * 32)),), block=(256,), args=(xc, out, B, *L, *O))")
+                                    "self.kf_sms * 32)),), block=(256,), "
+                                    f"args=(xc, out, {_aux_args(col)}B, *L, *O))")
 
 
 # ----------------------------------------------------------------------------------------------- Triton
 
 def triton_pool(col: ColOp) -> list[str]:
     w, d = col.pool, _dims(col)
-    params = ", ".join(["B"] + [f"L{i}" for i in range(d)] + [f"O{i}" for i in range(d)])
+    params = ", ".join([f"a{i}" for i in range(len(col.aux))] + ["B"] + [f"L{i}" for i in range(d)]
+                       + [f"O{i}" for i in range(d)])
     lines = ["@triton.jit",
              f"def {col.kname}(x, out, N, {params}, BLOCK: tl.constexpr):",
              "    " + _header(col, "a program BLOCK output elements, each window unrolled").replace("//", "#", 1),
@@ -199,6 +204,8 @@ def triton_pool(col: ColOp) -> list[str]:
     # int64 index arithmetic throughout: each product starts from an int64 block (scalar sizes may be int32)
     lines += ["    xb = x + q" + "".join(f" * L{i}" for i in range(d)),
               f"    acc = tl.full([BLOCK], {init}, tl.float32)"]
+    rows = row_values(col)
+    lines += [f"    {v} = tl.load(a{i} + q, mask=mask, other=0.0)" for i, v in enumerate(rows.values())]
     depth, ok, base = 1, "mask", "xb"
     for i in range(d):
         ind = "    " * depth
@@ -208,7 +215,7 @@ def triton_pool(col: ColOp) -> list[str]:
         ok, base, depth = f"ok{i}", f"x{i}", depth + 1
     ind = "    " * depth
     lines.append(f"{ind}u = tl.load({base}, mask={ok}, other=0.0)")
-    lines += [ind + line for line in triton_chain(col.pre, "u", "v", "pre")]
+    lines += [ind + line for line in triton_chain(col.pre, "u", "v", "pre", rows)]
     if w["op"] == "max":
         lines.append(f"{ind}acc = tl.where({ok} & ((v > acc) | (v != v)), v, acc)")
     else:
@@ -220,7 +227,7 @@ def triton_pool(col: ColOp) -> list[str]:
     else:
         div = " * ".join(_triton_factor(col, i) for i in range(d))
         lines.append(f"    r = acc / ({div}).to(tl.float32)")
-    lines += ["    " + line for line in triton_chain(col.post, "r", "y", "post")]
+    lines += ["    " + line for line in triton_chain(col.post, "r", "y", "post", rows)]
     lines.append("    tl.store(out + t, y, mask=mask)")
     return lines
 
@@ -236,17 +243,25 @@ def _triton_factor(col: ColOp, i: int) -> str:
 
 def triton_launch(col: ColOp, names: dict) -> list[str]:
     grid = f"(max(1, triton.cdiv(out.numel(), {TRITON_BLOCK})),)"
-    return launch_lines(col, names, f"{col.kname}[{grid}](xc, out, out.numel(), B, *L, *O, BLOCK={TRITON_BLOCK})")
+    return launch_lines(col, names, f"{col.kname}[{grid}](xc, out, out.numel(), {_aux_args(col)}B, *L, *O, "
+                                    f"BLOCK={TRITON_BLOCK})")
 
 
 # ----------------------------------------------------------------------------------------------- launch
 
+def _aux_args(col: ColOp) -> str:
+    return "".join(f"a{i}, " for i in range(len(col.aux)))
+
+
 def launch_lines(col: ColOp, names: dict, call: str) -> list[str]:
-    """The launch of one window kernel: the input as the kernel reads it, the output allocated, the call."""
+    """The launch of one window kernel: the input as the kernel reads it, its chains' row values, the output
+    allocated, the call."""
     w = col.pool
     args = ", ".join(repr(tuple(w[key])) for key in ("k", "s", "p", "dil"))
+    d = len(w["k"])
     return [f"# {col.kname}: {col.label} (window kernel)",
             f"xc, B, L, O = kf_pool_view({names[col.x]}, {args}, {w['ceil']})",
+            *[f"a{i} = kf_pool_rows({names[a]}, xc, {d})" for i, a in enumerate(col.aux)],
             "out = torch.empty(tuple(xc.shape[:xc.dim() - len(L)]) + O, dtype=torch.float32, device=xc.device)",
             "if out.numel():",
             *["    " + line for line in call.split("\n")],

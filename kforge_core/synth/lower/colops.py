@@ -43,6 +43,9 @@ class ColOp(Py):
     # order (the first reads x), `post` to every value written (the first reads the kernel's own result)
     pre: list = field(default_factory=list)
     post: list = field(default_factory=list)
+    # tensors the chains read besides the chain value, one value per row of a window kernel's (B, ...) view (its
+    # lead dims as one): a per-channel bias, a 0-d scale
+    aux: list = field(default_factory=list)
 
     @property
     def out_dtype(self) -> str:
