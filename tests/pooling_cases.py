@@ -100,7 +100,9 @@ POOL_COMBINED = {
         ctor="self.a = nn.MaxPool3d(3, stride=2, padding=1, dilation=3); self.b = nn.AvgPool3d(3, stride=2, "
              "padding=1); self.c = nn.AdaptiveAvgPool3d((1, 1, 1)); self.d = nn.MaxPool3d(2, ceil_mode=True)"),
     "pools_window": problem(
-        forward="return (self.a(x), self.b(x[0]), self.c(x), self.d(x), self.e(x * 0.5 - 1.0))",
+        forward="return (self.a(x), self.b(torch.tanh(x[0])), self.c(x), self.d(x), self.e(x * 0.5 - 1.0), "
+                "torch.nn.functional.max_pool1d(torch.sigmoid(x[0]), 4, stride=1, padding=2, dilation=3), "
+                "torch.nn.functional.avg_pool1d(torch.sigmoid(x[1]), 4, stride=3, padding=2))",
         inputs="[torch.randn(2, 3, 11, 13)]",
         ctor="self.a = nn.MaxPool2d(4, stride=1, padding=1); self.b = nn.MaxPool2d(3, stride=2, padding=1, "
              "ceil_mode=True); self.c = nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True, "

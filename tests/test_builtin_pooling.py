@@ -84,7 +84,7 @@ def test_window_kernels_follow_pytorch_on_nan_and_infinities(agent, sched):
     x[0, 1, 6, 6] = float("inf")
     for a, b in zip(ref(x), new(x)):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, equal_nan=True)
-    wide = torch.randn(1, 2, 5, 600)  # the last dim in three 256-output chunks
+    wide = torch.randn(2, 2, 5, 600)  # the last dim in three 256-output chunks
     for a, b in zip(ref(wide), new(wide)):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
 

@@ -10,7 +10,9 @@ avg_pool: per dim, the window clipped to the padded input (counting padding) or 
 
 - C++: a task is one row of outputs along the last dim (up to 256 of them); for each window offset along the last
   dim, the outputs whose cell is inside the input are one contiguous range, updated by a loop the compiler
-  vectorizes (contiguous reads at stride 1), so the bounds are checked once per offset, not per element;
+  vectorizes (contiguous reads at stride 1), so the bounds are checked once per offset, not per element; a task of
+  few outputs (a large stride: KernelBench's 11x11 average) walks each output's window instead; a fused prologue
+  is computed once per input element of the row segment a task reads (a vectorized loop into a buffer);
 - CUDA: one thread an output element (a grid-stride loop), the window loops unrolled;
 - Triton: a program takes BLOCK consecutive output elements, the window unrolled (`tl.static_range`), each cell one
   masked load.
@@ -26,6 +28,8 @@ from ..lower.colops import ColOp
 from ..schedule import Schedule
 
 CPU_CHUNK = 256  # outputs of one task along the last dim (its accumulators)
+MAX_BUFFER = 16384  # floats of a task's prologue buffer on the stack (larger strides: the prologue per cell read)
+WIDE = 8  # from this many outputs in a task, the vectorized loop over outputs (fewer: a scalar loop over windows)
 TRITON_BLOCK = 256
 
 
@@ -117,15 +121,42 @@ def cpu_pool(col: ColOp, sched: Schedule) -> list[str]:
         base, depth = f"x{i}", depth + 1
     ind = "    " * depth
     k, s, p, dil = w["k"][last], w["s"][last], w["p"][last], w["dil"][last]
-    load = f"const float v = {c_read(col, f'{base}[(j0 + j) * {s} + off]')};"
-    lines += [f"{ind}for (int64_t kl = 0; kl < {k}; ++kl) {{",
-              f"{ind}    // outputs j whose cell (j0 + j) * {s} + off lies inside the input: one range",
-              f"{ind}    const int64_t off = kl * {dil} - {p};",
-              f"{ind}    const int64_t jlo = std::max((int64_t)0, (off < 0 ? (-off + {s - 1}) / {s} : 0) - j0);",
-              f"{ind}    const int64_t top = L{last} - 1 - off;",
-              f"{ind}    const int64_t jhi = top < 0 ? 0 : std::min(n, top / {s} + 1 - j0);"]
-    lines += [f"{ind}    {x}" for x in simd]
-    lines += [f"{ind}    for (int64_t j = jlo; j < jhi; ++j) {{ {load} {_update(col, 'acc[j]')} }}",
+    span = CPU_CHUNK * s + (k - 1) * dil + 1
+    if col.pre and span <= MAX_BUFFER:
+        # the prologue once per input element of the row segment the task's windows cover, vectorized, into a
+        # buffer the windows then read (not once per window cell: overlapping windows would repeat it)
+        lines += [f"{ind}const int64_t c0 = std::max((int64_t)0, j0 * {s} - {p});",
+                  f"{ind}const int64_t c1 = std::min(L{last}, (j0 + n - 1) * {s} - {p} + {(k - 1) * dil + 1});",
+                  f"{ind}float buf[{span}];"]
+        lines += [f"{ind}{x}" for x in simd]
+        lines.append(f"{ind}for (int64_t c = c0; c < c1; ++c) buf[c - c0] = {c_read(col, f'{base}[c]')};")
+        load = f"const float v = buf[(j0 + j) * {s} + off - c0];"
+        cell = f"const float v = buf[st + kl * {dil} - c0];"
+    else:
+        load = f"const float v = {c_read(col, f'{base}[(j0 + j) * {s} + off]')};"
+        cell = f"const float v = {c_read(col, f'{base}[st + kl * {dil}]')};"
+    lines += [f"{ind}if (n >= {WIDE}) {{",
+              f"{ind}    for (int64_t kl = 0; kl < {k}; ++kl) {{",
+              f"{ind}        // outputs j whose cell (j0 + j) * {s} + off lies inside the input: one range",
+              f"{ind}        const int64_t off = kl * {dil} - {p};",
+              f"{ind}        const int64_t jlo = std::max((int64_t)0, (off < 0 ? (-off + {s - 1}) / {s} : 0) - j0);",
+              f"{ind}        const int64_t top = L{last} - 1 - off;",
+              f"{ind}        const int64_t jhi = top < 0 ? 0 : std::min(n, top / {s} + 1 - j0);"]
+    lines += [f"{ind}        {x}" for x in simd]
+    lines += [f"{ind}        for (int64_t j = jlo; j < jhi; ++j) {{ {load} {_update(col, 'acc[j]')} }}",
+              f"{ind}    }}",
+              f"{ind}}} else {{  // a few outputs along the row (large strides): each output's window in turn",
+              f"{ind}    for (int64_t j = 0; j < n; ++j) {{",
+              f"{ind}        const int64_t st = (j0 + j) * {s} - {p};",
+              f"{ind}        const int64_t klo = st < 0 ? (-st + {dil - 1}) / {dil} : 0;",
+              f"{ind}        const int64_t khi = L{last} - st <= 0 ? 0 : std::min((int64_t){k}, "
+              f"(L{last} - st + {dil - 1}) / {dil});",
+              f"{ind}        float a = acc[j];"]
+    if sched.vectorize and w["op"] == "avg":
+        lines.append(f"{ind}        #pragma omp simd reduction(+:a)")
+    lines += [f"{ind}        for (int64_t kl = klo; kl < khi; ++kl) {{ {cell} {_update(col, 'a')} }}",
+              f"{ind}        acc[j] = a;",
+              f"{ind}    }}",
               f"{ind}}}"]
     for depth in range(depth - 1, 1, -1):
         lines.append("    " * depth + "}")
