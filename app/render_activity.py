@@ -3,8 +3,11 @@ head-to-heads, the run's end, resumes and cancels)."""
 
 from __future__ import annotations
 
+import html
+
 import streamlit as st
 
+from kforge_core.formatting import checks_text, judged_text, noise_bounds_text
 from kforge_core.store import EventKind
 
 from .formatting import fmt_ms, fmt_when, fmt_x, run_badge, verdict_badge
@@ -68,11 +71,54 @@ def head_to_head(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     if d.get("error"):
         _line(event, f"Head to head not decided: {d['error']}")
-        return
-    rows = ", ".join(f"#{r.get('iteration')} {fmt_ms(r.get('candidate_ms'))} (min {fmt_ms(r.get('min_ms'))}, max "
-                     f"{fmt_ms(r.get('max_ms'))}, {r.get('trials')} trials)" for r in d.get("contenders") or [])
-    _line(event, f":material/sports_score: Head to head: {rows} → best #{d.get('best_iteration')}. "
-                 f"<span class='kf-when'>{d.get('rule', '')}</span>")
+    else:
+        _line(event, f":material/sports_score: Head to head → best #{d.get('best_iteration')}. "
+                     f"<span class='kf-when'>{html.escape(d.get('rule', ''))}</span>")
+        _html(contest_table_html(d))
+    setting = " · ".join(t for t in (judged_text(d.get("judged")), noise_bounds_text(d.get("noise_bounds"))) if t)
+    if setting:
+        st.caption(setting[:1].upper() + setting[1:])
+    for warning in d.get("warnings") or []:
+        st.warning(warning, icon=":material/warning:")
+
+
+# the table's columns; each contender's checks and warnings are listed under it (the activity log is a narrow column)
+CONTEST_COLUMNS = ("contender", "median", "min", "max", "trials", "vs eager", "vs compile")
+
+
+def contest_rows(d: dict) -> list[dict[str, str]]:
+    """The head-to-head as a reader sees it: one row per contender (the best marked, a noisy one said so), then
+    the baselines; every value is text, the table's columns plus `checks` and `warnings`."""
+    rows = []
+    for r in d.get("contenders") or []:
+        name = f"#{r.get('iteration')}" + (" (best)" if r.get("iteration") == d.get("best_iteration") else "")
+        rows.append({"contender": name + (" — noisy" if r.get("noisy") else ""),
+                     **_spread_cells(r.get("candidate_ms"), r), "vs eager": fmt_x(r.get("speedup_vs_eager")),
+                     "vs compile": fmt_x(r.get("speedup_vs_compiled")),
+                     # a run recorded before checks and warnings were kept has neither key: said, not "none"
+                     "checks": checks_text(r["checks"]) or "none" if "checks" in r else "not recorded",
+                     "warnings": "; ".join(r["warnings"]) or "none" if "warnings" in r else "not recorded"})
+    for label, t in (("eager", d.get("eager")), ("torch.compile", d.get("compiled"))):
+        if t:
+            rows.append({"contender": label, **_spread_cells(t.get("median_ms"), t), "vs eager": "",
+                         "vs compile": "", "checks": "", "warnings": ""})
+    return rows
+
+
+def _spread_cells(median_ms, t: dict) -> dict[str, str]:
+    return {"median": fmt_ms(median_ms), "min": fmt_ms(t.get("min_ms")), "max": fmt_ms(t.get("max_ms")),
+            "trials": str(t.get("trials") if t.get("trials") is not None else "—")}
+
+
+def contest_table_html(d: dict) -> str:
+    rows = contest_rows(d)
+    head = "".join(f"<th>{c}</th>" for c in CONTEST_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(row[c])}</td>" for c in CONTEST_COLUMNS) + "</tr>"
+                   for row in rows)
+    notes = "".join(f"<li><b>{html.escape(row['contender'].split()[0])}</b> checks: {html.escape(row['checks'])}"
+                    f"<br>warnings: {html.escape(row['warnings'])}</li>" for row in rows if row["checks"])
+    return (f"<table class='kf-contest'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<ul class='kf-contest-notes'>{notes}</ul>")
 
 
 @renders(EventKind.RUN_FINISHED)

@@ -18,7 +18,10 @@ Defaults fit a device lease: one functional iteration and no optimization pass p
 torch.compile baselines (timing baselines is not what scales here); pass --full for the loop's own defaults.
 Ray must be installed (pip install -r requirements-ray.txt); the script tries that once if it is missing. Within a
 10-minute device call, run one suite per call (`--suites gallery`, then `--suites kernelbench`): each bench starts
-afresh (its output folder is cleared), the 1-GPU run first, since the others are compared with it.
+afresh (its output folder is cleared), the 1-GPU run first, since the others are compared with it. Where even one
+suite does not fit a call, split it by GPU count with --reuse and the same --out on the same (warm) machine:
+`--gpus 1 --reuse`, then `--gpus 1,2 --reuse`: a GPU count whose finished bench is already in --out (same suite,
+target and settings) is read back instead of run again; the others still start afresh.
 """
 
 from __future__ import annotations
@@ -76,7 +79,23 @@ def _bench(suite: str, out: Path, gpus: int, args, size_class: str | None) -> di
                             executor=RayExecutor(cluster.address))
         wall = time.perf_counter() - start
     records = json.loads((out / "results.json").read_text())["problems"]
-    return {"gpus": gpus, "wall_s": wall, "records": records, "summary": summary}
+    run = {"gpus": gpus, "wall_s": wall, "records": records, "summary": summary, "settings": _settings(suite, args),
+           "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    (out / "scaling_run.json").write_text(json.dumps(run, indent=1, default=str))
+    return run
+
+
+def _settings(suite: str, args) -> dict:
+    """What makes two benches comparable: a reused run must have been made with exactly these."""
+    return {"suite": suite, "target": args.target, "level": args.level, "full": args.full, "best_of": args.best_of}
+
+
+def _reused(folder: Path, suite: str, args) -> dict | None:
+    try:
+        run = json.loads((folder / "scaling_run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return run if run.get("settings") == _settings(suite, args) else None
 
 
 def main() -> int:
@@ -95,6 +114,9 @@ def main() -> int:
                          "own, and a problem's run waits for its candidates' GPUs, so the overhead column is no "
                          "longer GPU time outside the runs")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "ray_multi_gpu"))
+    ap.add_argument("--reuse", action="store_true",
+                    help="read back a GPU count's finished bench from --out (same settings) instead of running it "
+                         "again: a suite split over several device calls")
     args = ap.parse_args()
     _ensure_ray()
     from kforge_core.bench.agreement import same_verdicts
@@ -113,7 +135,8 @@ def main() -> int:
     if unknown:
         sys.exit(f"unknown suite(s) {unknown}: choose from gallery, kernelbench")
     out = Path(args.out)
-    shutil.rmtree(out, ignore_errors=True)  # fresh benches: a resumed one would time nothing
+    if not args.reuse:
+        shutil.rmtree(out, ignore_errors=True)  # fresh benches: a resumed one would time nothing
     device = get_platform(args.target).device_name()
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {available} x {device}, "
           f"GPU counts {counts}, target {args.target}, {'full loop' if args.full else '1 functional iteration'}, "
@@ -124,8 +147,14 @@ def main() -> int:
         spec, size_class = suites[name]
         base = None
         for k in counts:
-            print(f"== {name}, {k} GPU(s)", flush=True)
-            run = _bench(spec, out / f"{name}-{k}gpu", k, args, size_class)
+            folder = out / f"{name}-{k}gpu"
+            run = _reused(folder, spec, args) if args.reuse else None
+            if run:
+                print(f"== {name}, {k} GPU(s): read back from {folder} (finished {run['finished']})", flush=True)
+            else:
+                print(f"== {name}, {k} GPU(s)", flush=True)
+                shutil.rmtree(folder, ignore_errors=True)  # a partial bench would time nothing
+                run = _bench(spec, folder, k, args, size_class)
             base = base or run
             same, diff = same_verdicts(base["records"], run["records"])
             mismatch |= not same

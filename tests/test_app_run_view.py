@@ -7,7 +7,8 @@ import pytest
 
 from kforge_core.store import EVENT_KINDS, open_store
 from tests.browser.appkit import app, app_env, texts, use_targets  # noqa: F401,F811 - pytest fixtures
-from tests.browser.seed import MARKER_PROGRAM, seed_finished_run, seed_live_run, seed_unsupported_run
+from tests.browser.seed import (JUDGE_FLAG, MARKER_PROGRAM, head_to_head_data, seed_finished_run, seed_live_run,
+                                seed_unsupported_run)
 
 
 @pytest.fixture
@@ -262,3 +263,39 @@ def test_claims_of_the_candidates_process_are_named_as_such():
     text = reported_text(["kernel_launches", "aten_ops", "profile"])
     assert "kernel launches, aten ops, profile" in text
     assert text.startswith("Reported by the candidate's process (not measured by the judge)")
+
+
+def test_head_to_head_shows_each_contenders_spread_checks_and_warnings(finished_run, use_targets):
+    """Issues 22 (item 5) and 20: where the run's head-to-head is drawn (the activity log), per contender its median,
+    min, max and trials, the checks it passed and what the judge flagged; the judging, the noise bounds and the
+    contest's own warnings beside it. The event is the loop's own (`loop.head_to_head.contest_event`)."""
+    from app.render_activity import CONTEST_COLUMNS, contest_rows
+
+    data, flag = head_to_head_data(), JUDGE_FLAG
+    rows = contest_rows(data)
+    assert [r["contender"] for r in rows] == ["#2 (best) — noisy", "#1", "eager", "torch.compile"]
+    assert rows[0] == {"contender": "#2 (best) — noisy", "median": "1.25 ms", "min": "0.9 ms", "max": "1.3 ms",
+                       "trials": "7", "vs eager": "3.20x", "vs compile": "2.00x",
+                       "checks": "timed outputs match eager ✓, judge's clock ✓",
+                       "warnings": "noisy timing (its timing, median 1.25 ms is 1.4x its fastest trial (0.9 ms; bound "
+                                   "1.3x) over 7 trials): the machine was busy or the timing unstable; re-time before "
+                                   "trusting this number"}
+    assert rows[1]["warnings"] == flag and rows[1]["min"] == "2.4 ms"
+    old = {**data, "contenders": [{k: v for k, v in data["contenders"][1].items() if k not in ("checks", "warnings")}]}
+    assert (contest_rows(old)[0]["checks"], contest_rows(old)[0]["warnings"]) == ("not recorded", "not recorded")
+    assert rows[2] == {"contender": "eager", "median": "4 ms", "min": "3.9 ms", "max": "4.1 ms", "trials": "7",
+                       "vs eager": "", "vs compile": "", "checks": "", "warnings": ""}
+    with open_store() as s:
+        s.append_event(finished_run, "head_to_head", data)
+    at = app(run=finished_run).run()
+    assert not at.exception
+    body = texts(at)
+    assert "Head to head → best #2" in body and "best = the fastest median" in body
+    assert "".join(f"<th>{c}</th>" for c in CONTEST_COLUMNS) in body
+    assert ("<tr><td>#2 (best) — noisy</td><td>1.25 ms</td><td>0.9 ms</td><td>1.3 ms</td><td>7</td><td>3.20x</td>"
+            "<td>2.00x</td></tr>") in body
+    assert "<li><b>#2</b> checks: timed outputs match eager ✓, judge&#x27;s clock ✓<br>warnings: noisy timing" in body
+    assert f"<li><b>#1</b> checks: timed outputs match eager ✓, judge&#x27;s clock ✓<br>warnings: {flag}</li>" in body
+    assert any(c.value.startswith("Judged out of process: each contender ran in a process of its own")
+               and "noisy if the median is over 1.3x the fastest trial" in c.value for c in at.caption)
+    assert [w.value for w in at.warning if "re-timed" in w.value] == ["re-timed: the first was noisy (#2)"]

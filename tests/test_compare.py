@@ -41,6 +41,53 @@ def test_nan_anywhere_fails_with_its_first_index(chunk):
     assert not c.passed and "2 of 143 elements are NaN or Inf (first at [9, 1])" in c.detail
 
 
+def _plain(g: torch.Tensor, w: torch.Tensor, atol: float, rtol: float) -> tuple:
+    """The element-wise rule written out on whole tensors, one step per quantity: (non-finite count, count outside
+    the bound, max abs error, max relative error)."""
+    g64, w64 = g.double().reshape(-1), w.double().reshape(-1)
+    bad = int((~torch.isfinite(g64)).sum())
+    if bad:
+        return bad, None, None, None
+    diff, mag = (g64 - w64).abs(), w64.abs()
+    # maxima kept from 0.0 on, as the chunked check keeps them (a NaN ratio, Inf over Inf, never raises one)
+    return (0, int((diff > atol + rtol * mag).sum()), max(0.0, float(diff.max())),
+            max(0.0, float((diff / mag.clamp_min(max(atol, 1e-12))).max())))
+
+
+@pytest.mark.parametrize("case", ["close", "some-off", "nan-in-got", "inf-in-both", "inf-in-want", "overflow"])
+def test_one_pass_shortcuts_give_the_plain_rule(chunk, case):
+    """The comparison skips its finiteness pass when the sum of squared errors is finite: every case a NaN, an Inf
+    or an overflow can make still gets the plain rule's counts and maxima."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(13, 11, generator=gen, dtype=torch.float64)
+    g = w + 1e-9
+    if case == "some-off":
+        g[4, 5] += 1.0
+        g[12, 0] -= 0.25
+    elif case == "nan-in-got":
+        g[6, 6] = float("nan")
+    elif case == "inf-in-both":
+        g[1, 2] = w[1, 2] = float("inf")
+    elif case == "inf-in-want":
+        w[3, 3] = float("inf")
+    elif case == "overflow":  # finite values whose squared error is not
+        g[0, 0], w[0, 0] = 1e200, -1e200
+    policy = get_policy("default")
+    tol = policy.for_dtype("float64")
+    bad, over, max_abs, max_rel = _plain(g, w, tol.atol, tol.rtol)
+    c = compare_outputs(g, w, policy)
+    if bad:
+        assert not c.passed and f"{bad} of 143 elements are NaN or Inf" in c.detail
+        return
+    assert c.max_abs_error == max_abs
+    if case != "inf-in-want":  # Inf over Inf: a NaN ratio, which drops its chunk's maximum (as it always did)
+        assert c.max_rel_error == max_rel
+    if over:
+        assert not c.passed and f"{over} of 143 elements" in c.detail
+    else:
+        assert c.passed
+
+
 def test_zero_output_for_tiny_reference_fails_on_relative_l2(chunk):
     w = torch.full((13, 11), 1e-6)
     c = compare_outputs(torch.zeros_like(w), w, get_policy("default"))
@@ -84,6 +131,22 @@ def test_zero_outputs_are_reported_as_zero(chunk):
     assert c.passed and not c.zero
     c = compare_outputs(torch.full((13, 11), 1e-5), w, get_policy("default"))  # constant, nonzero for zero
     assert not c.passed and "constant output" in c.detail
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int32, torch.int64, torch.uint8,
+                                   torch.bool, torch.complex64])
+def test_fingerprint_one_pass_sum_is_the_weighted_sum(chunk, dtype):
+    """The CPU's dot product gives the digest's sum of element bits times weights modulo 2^64 exactly."""
+    x = (torch.randn(13, 11, dtype=torch.float64) * 1e6).to(dtype) if dtype != torch.bool else torch.rand(13, 11) > 0.5
+    flat = torch.view_as_real(x).reshape(-1) if x.is_complex() else x.reshape(-1)
+    w, base = compare._weights_on(flat.device)
+    want = 0
+    for lo in range(0, flat.numel(), w.numel()):
+        c = flat[lo:lo + w.numel()]
+        c = (c + 0.0).view(compare._BITS[c.element_size()]) if c.is_floating_point() else \
+            c.view(torch.uint8) if c.dtype == torch.bool else c
+        want = (want * base + int((c * w[:c.numel()]).sum())) & compare._MASK
+    assert compare.fingerprint(x) == ((str(x.dtype), tuple(x.shape), want),)
 
 
 def test_tensors_equal_and_fingerprints_across_chunks(chunk):

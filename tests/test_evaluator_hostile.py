@@ -1,4 +1,5 @@
 """Hostile candidates: one test per published trick (shared/EVAL_PITFALLS.md), each must get the right verdict.
+Crashes, hangs, exits and exhausted resources are in test_evaluator_crashes.py.
 
 Real child processes and a real g++. Most cases run with timing off; the timing-path ones use a tiny budget.
 The verdict for every case is computed in the background two at a time (see candidates/evalkit.py).
@@ -9,12 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from candidates.evalkit import HOSTILE, QUICK_TIMING, REGISTRY, case, run_case
+from candidates.evalkit import HOSTILE, QUICK_TIMING, REGISTRY, assert_status, case, run_case
 
 M = __name__
 SWISH = "swish_small.py"
@@ -66,17 +65,8 @@ hostile("native_token_paste")
 hostile("native_raw_syscall")
 hostile("native_flag_injection")
 hostile("native_include_file")
-# --- crashes, hangs, exits, resources, broken programs
-hostile("python_infinite_loop", weight=5, timeout_s=8)
-hostile("native_infinite_loop", weight=5, timeout_s=8)
-hostile("native_segfault")
-hostile("system_exit")
-hostile("huge_alloc", memory_limit_mb=3072)
-hostile("compile_error")
-hostile("syntax_error")
-hostile("missing_modelnew")
+# --- a forged result channel
 hostile("forged_result")
-hostile("crash_at_import")
 # --- deserialising, and borrowing the trust given to installed libraries' lazy imports
 hostile("pickle_np_load_alias")
 # spawned children only (run by their tests): sympy is not yet imported there, so torch's lazy import searches sys.path
@@ -84,12 +74,6 @@ PLANTED = ["plant_module_unpickle", "plant_loader_attribute", "plant_loader_subc
 for _name in PLANTED:
     case(f"{M}:spawned", _name, SWISH, HOSTILE / f"{_name}.py")
 case(f"{M}:planted", "plant_module_probe", SWISH, HOSTILE / "plant_module_probe.py")
-
-
-def assert_status(v, status: str, *fragments: str):
-    assert v.status == status, f"expected {status}, got {v.status}: {v.reason}\n{v.log_tail}"
-    for frag in fragments:
-        assert frag.lower() in v.reason.lower(), f"{frag!r} not in reason: {v.reason}"
 
 
 # ------------------------------------------------------------------------------------------ correctness tricks
@@ -347,55 +331,7 @@ def test_child_cannot_see_parent_secrets(tmp_path):
     assert "parent_environ_error" in result
 
 
-# ---------------------------------------------------------------------------- crashes, hangs, exits, resources
-
-def test_python_infinite_loop_times_out(verdicts):
-    """An infinite loop in Python: `timeout`, the process group killed."""
-    v = verdicts["python_infinite_loop"]
-    assert_status(v, "timeout")
-    assert v.wall_s < 30
-
-
-def test_native_infinite_loop_times_out(verdicts):
-    """An infinite loop in native code (no Python signal handler can interrupt it): `timeout`."""
-    v = verdicts["native_infinite_loop"]
-    assert_status(v, "timeout")
-    assert v.wall_s < 30
-
-
-def test_native_segfault_is_a_runtime_error(verdicts):
-    """A segfault in a kernel kills the child, not the caller: runtime_error naming the signal."""
-    assert_status(verdicts["native_segfault"], "runtime_error", "SIGSEGV")
-
-
-def test_system_exit_is_a_runtime_error(verdicts):
-    """sys.exit-like exits (raise SystemExit(3)) cannot dodge a verdict."""
-    assert_status(verdicts["system_exit"], "runtime_error", "SystemExit")
-
-
-def test_huge_allocation_is_out_of_memory(verdicts):
-    """A huge allocation fails under the child's memory limit: runtime_error saying it ran out of memory."""
-    assert_status(verdicts["huge_alloc"], "runtime_error", "out of memory")
-
-
-def test_compile_error_points_to_candidate_line(verdicts):
-    """A C++ compile error: compile_error whose reason names the exact candidate line (13, where the undeclared
-    identifier is) and the compiler's message."""
-    v = verdicts["compile_error"]
-    assert_status(v, "compile_error", "candidate line 13", "undeclared_factor")
-    src = (HOSTILE / "compile_error.py").read_text().splitlines()
-    assert "undeclared_factor" in src[12]
-
-
-def test_python_syntax_error_points_to_line(verdicts):
-    """A Python syntax error: compile_error with the line."""
-    assert_status(verdicts["syntax_error"], "compile_error", "candidate line 11", "syntax")
-
-
-def test_missing_modelnew_is_a_runtime_error(verdicts):
-    """No ModelNew class: runtime_error that says so."""
-    assert_status(verdicts["missing_modelnew"], "runtime_error", "ModelNew")
-
+# -------------------------------------------------------------------------------------- the result channel
 
 def test_forged_result_cannot_change_the_verdict(verdicts):
     """A candidate printing a framed 'correct' result cannot guess the nonce: its (wrong) output is judged."""
@@ -468,56 +404,3 @@ def test_planted_module_in_the_working_directory_is_not_imported(monkeypatch, tm
     imported = sorted(name for name, path in markers.items() if path.exists())
     assert not imported, f"planted module(s) imported: {imported}"
     assert_status(v, "correct")
-
-
-def _crash_evals() -> int:
-    from kforge_core.eval import forkserver
-
-    # 100 segfaulting evaluations take seconds with the fork server; spawning (~1.5 s of `import torch` each on
-    # 2 cores) runs 30 to keep CI short
-    return int(os.environ.get("KFORGE_CRASH_EVALS") or (100 if forkserver.enabled() else 30))
-
-
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def test_caller_survives_many_crashing_evaluations():
-    """The app process survives a stream of crashing candidates (one child per candidate): 100 evaluations of a
-    candidate whose kernel segfaults (30 when children are spawned rather than forked), two at a time, without
-    leaking file descriptors or threads, and an honest candidate is still judged correctly afterwards. The
-    wall-time bound only detects hangs (the machine may be shared); the measured time is printed."""
-    import threading
-
-    from candidates.evalkit import HONEST
-    from kforge_core.eval import warm_pool
-
-    n = _crash_evals()
-    c = REGISTRY["native_segfault"]
-    run_case(c)  # warm: builds the kernel once (cached for the rest) and starts the fork server if there is one
-    warm_pool.settle()  # its pre-started children too (each holds one socket here while it waits)
-    fds, threads = _open_fds(), threading.active_count()
-    start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda _: run_case(c), range(n)))
-    elapsed = time.monotonic() - start
-    warm_pool.settle()
-    odd = [v for v in results if not (v.status == "runtime_error" and "SIGSEGV" in v.reason)]
-    assert not odd, (f"{len(odd)} of {n}: {odd[0].status}: {odd[0].reason}\n{odd[0].log_tail[-2000:]}"
-                     if odd else "")
-    assert _open_fds() <= fds + 2, "file descriptors leak per evaluation"
-    assert threading.active_count() <= threads + 1, "threads leak per evaluation"
-    assert elapsed < n * 10, f"{n} crashing evaluations took {elapsed:.1f} s"
-    print(f"{n} segfaulting evaluations in {elapsed:.1f} s ({elapsed / n:.2f} s each, 2 at a time)")
-    honest = case(M, "after_crashes", SWISH, HONEST / "swish_newmodel.py")
-    assert run_case(REGISTRY[honest]).status == "correct"
-
-
-@pytest.mark.parametrize("name, status, fragment", [("native_segfault", "runtime_error", "SIGSEGV"),
-                                                    ("system_exit", "runtime_error", "SystemExit"),
-                                                    ("crash_at_import", "runtime_error", "crashes at import"),
-                                                    ("native_system", "rejected", "native-no-os")])
-def test_spawned_children_give_the_same_verdicts(monkeypatch, name, status, fragment):
-    """Without the fork server (KFORGE_EVAL_SPAWN=1, or not Linux) each child is spawned: same verdicts."""
-    monkeypatch.setenv("KFORGE_EVAL_SPAWN", "1")
-    assert_status(run_case(REGISTRY[name]), status, fragment)

@@ -139,6 +139,17 @@ def test_compiled_baseline_built_once_and_interleaved(two_verdicts):
     assert verdicts[0][0].baseline["key"] == verdicts[1][0].baseline["key"]
 
 
+def test_every_timed_process_states_the_same_conditions(two_verdicts):
+    """Judge, candidate's process and baseline server timed under one stated set of thread and allocator settings."""
+    verdicts, _ = two_verdicts
+    for v, _ in verdicts:
+        check = next(c for c in v.checks if c["name"] == "timing conditions")
+        assert check["detail"].startswith("every timed process (eager (the judge), candidate's process (reported), "
+                                          "torch.compile baseline server)"), check
+        assert "OMP_WAIT_POLICY=PASSIVE" in check["detail"] and "MALLOC_TRIM_THRESHOLD_=" in check["detail"]
+        assert not any("different settings" in w for w in v.warnings), v.warnings
+
+
 def test_stage_events_in_order(two_verdicts):
     (first, first_stages), (second, second_stages) = two_verdicts[0]
     # the first evaluation built the baseline (once), the second did not
@@ -159,6 +170,22 @@ def test_head_to_head_times_contenders_side_by_side(two_verdicts):
     assert times[0]["trials"] == times[1]["trials"] == result["eager"]["trials"]
     assert result["compiled"] and result["compiled"]["trials"] == times[0]["trials"]
     assert times[1]["median_ms"] < times[0]["median_ms"]  # 400x less work: no load reverses that
+    # what each contender passed, on its own (issue 22 item 5): the contest's checks, and the judge's when judged
+    from kforge_core.eval import judged
+
+    assert result["judged"] is judged.enabled()
+    for i in (0, 1):
+        checks = {c["name"]: c for c in result["per_contender"][i]["checks"]}
+        assert all(c["passed"] for c in checks.values()), checks
+        assert {"timed outputs match eager", "must-launch", "inputs unmodified", "static rules", "guards"} <= set(checks)
+        compared = int(checks["timed outputs match eager"]["detail"].split()[3])  # "each of its N calls ..."
+        assert compared >= times[i]["trials"], checks  # every timed call (and warm-up) was compared
+        if result["judged"]:
+            assert {"judged out of process", "judge's clock"} <= set(checks), checks
+        # each contender's conditions stated beside eager's and the baseline server's, as a verdict states them
+        assert checks["timing conditions"]["detail"].startswith(
+            "every timed process (eager (the judge), the contender's process (reported), torch.compile baseline "
+            "server)"), checks
 
 
 def test_evaluate_raises_cancelled_when_asked():

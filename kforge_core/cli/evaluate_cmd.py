@@ -11,7 +11,7 @@ from ..eval.evaluator import EvalOptions, evaluate
 from ..problem import load_problem
 from ..eval.tolerance import POLICIES
 from ..eval.verdict import Verdict
-from ..formatting import fmt_ms, fmt_x
+from ..formatting import fmt_ms, fmt_spread, fmt_x
 from .common import print_json
 
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
 def spread_text(t) -> str:
     """A timing as median, min, max and trial count: the spread is part of the number."""
-    return f"{fmt_ms(t.median_ms)} median (min {fmt_ms(t.min_ms)}, max {fmt_ms(t.max_ms)}, {t.trials} trials)"
+    return fmt_spread(t.median_ms, t.min_ms, t.max_ms, t.trials)
 
 
 def report(v: Verdict) -> str:

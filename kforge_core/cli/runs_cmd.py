@@ -8,6 +8,7 @@ import sys
 from ..store import RUN_STATUSES, open_store, resolve_db_path
 from ..formatting import fmt_ms, fmt_x
 from .common import print_json
+from .head_to_head_text import head_to_head_lines
 from .synthesize_cmd import add_run_options, execute_and_report, overrides_from_args, prepare_agent
 
 
@@ -97,6 +98,9 @@ def show_run(args: argparse.Namespace) -> int:
               f"{fmt_x(best['speedup_vs_eager'])} vs eager, {fmt_x(best['speedup_vs_compiled'])} vs torch.compile")
         if best.get("warning"):
             print(f"  warning: {best['warning']}")
+        print(f"  chosen by: {best['chosen_by']}")
+        if best.get("head_to_head"):
+            print("\n".join(head_to_head_lines(best["head_to_head"])))
     return 0
 
 

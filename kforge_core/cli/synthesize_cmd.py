@@ -13,6 +13,7 @@ from ..store import open_store, resolve_db_path
 from ..eval.tolerance import POLICIES
 from ..formatting import fmt_ms, fmt_x
 from .common import print_json
+from .head_to_head_text import head_to_head_lines
 
 if TYPE_CHECKING:  # the loop (and the openai package under it) is imported only when a run starts
     from ..loop import RunConfig
@@ -253,6 +254,8 @@ def final_line(summary: dict, printed_errors: set[str] | frozenset[str] = frozen
             line += f", {fmt_x(best['speedup_vs_compiled'])} vs torch.compile"
         if best.get("chosen_by"):
             line += f" [{best['chosen_by']}]"
+        for warning in best.get("noise") or []:  # the numbers just reported, beyond the noise bounds
+            line += f"\nwarning: {warning}"
         if best.get("warning"):  # a slowdown is never reported as a result without saying so
             line += f"\nwarning: {best['warning']}"
     elif summary.get("error") and not _already_printed(summary["error"], printed_errors):
@@ -375,15 +378,8 @@ class ProgressPrinter:
         self._line(f"  {where}… {e.stage}")
 
     def on_head_to_head(self, e) -> None:
-        if e.error:
-            self._line(f"  head to head: {e.error}")
-            return
-        self._line(f"  head to head ({e.rule}):")
-        for r in e.contenders:
-            mark = "  <- best" if r["iteration"] == e.best_iteration else ""
-            self._line(f"    [{r['iteration']}] {fmt_ms(r['candidate_ms'])} median (min {fmt_ms(r['min_ms'])}, "
-                       f"max {fmt_ms(r['max_ms'])}, {r['trials']} trials)  {fmt_x(r['speedup_vs_eager'])} vs eager"
-                       f"{mark}")
+        for line in head_to_head_lines(e.data()):
+            self._line(line)
 
     def on_best_updated(self, e) -> None:
         self._line(f"  [{e.iteration}] new best: {fmt_ms(e.candidate_ms)}")

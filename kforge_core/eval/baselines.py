@@ -76,6 +76,7 @@ class BaselineServer:
         self.torch_compile_s: float | None = None
         self.error: str | None = None  # torch.compile failed for this problem: no compiled baseline
         self.problem_error: str | None = None
+        self.conditions: dict | None = None  # what the server times under (harness/conditions.py)
         self.started_at = time.time()
         log = open(self.dir / "server.log", "wb")
         self.proc = popen_lasting(
@@ -114,6 +115,7 @@ class BaselineServer:
             elif msg.get("ready"):
                 self.error = msg.get("error")
                 self.torch_compile_s = msg.get("torch_compile_s")
+                self.conditions = msg.get("conditions")
                 if self.error:
                     self.close()
                 return

@@ -19,8 +19,8 @@ from .redaction import _CREDENTIAL as _ENV_SECRET
 _ENV_ALLOW = re.compile(
     r"^(PATH|LANG|LANGUAGE|LC_\w+|TZ|TERM|TMPDIR|CC|CXX|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|"
     r"CUDA_\w+|NVIDIA_\w+|ROCM_\w+|HIP_\w+|TORCH_\w+|TORCHINDUCTOR_\w+|TRITON_\w+|PYTORCH_\w+|OMP_\w+|MKL_\w+|"
-    r"KMP_\w+|OPENBLAS_\w+|GOMP_\w+|KFORGE_\w+|VIRTUAL_ENV|CONDA_PREFIX|PYTHONHASHSEED|NCCL_\w+|NVSHMEM_\w+|"
-    r"MPS_\w+|METAL_\w+)$")
+    r"KMP_\w+|OPENBLAS_\w+|GOMP_\w+|MALLOC_\w+|KFORGE_\w+|VIRTUAL_ENV|CONDA_PREFIX|PYTHONHASHSEED|NCCL_\w+|"
+    r"NVSHMEM_\w+|MPS_\w+|METAL_\w+)$")
 
 
 def cache_dir() -> Path:
@@ -63,13 +63,46 @@ def child_environment(workdir: Path, isolated: bool = False) -> dict[str, str]:
         XDG_CACHE_HOME=str(cache_dir() / "xdg"),
     )
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    # An evaluation runs in several processes that each hold an OpenMP pool (the judge timing eager, the candidate's
-    # process, the torch.compile baseline server): pools that spin after each parallel region (GNU's default) take
-    # the cores from the process whose turn it is. Measured on the 2-core box, one run, swish_small: the judge's
-    # fastest bracket around a 0.24 ms timed call 3.6-8.4 ms spinning, 0.25-0.27 ms passive; the compiled
-    # baseline 24-55 ms spinning, 4-11 ms passive. The caller's own setting wins.
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    for name, value in timing_environment().items():
+        env.setdefault(name, value)  # the caller's own setting wins (and the verdict says what was in force)
     return env
+
+
+# glibc's malloc keeps a freed block at the top of its heap only while that block is below its trim threshold, and
+# learns its mmap threshold from the blocks freed so far: whether a model's tensors of a few MiB come back from
+# memory the process already touched or from fresh pages depended on the history of the process (what it had freed
+# before, in what order). Fresh pages are page faults inside the timed call, ~2.4 us each on the 2-core box (a
+# Firecracker VM): eager swish on 8 MiB was 1.47 ms in some evaluations and 4.4 ms (every call faulting its 16 MiB
+# of temporaries) in others. Fixed thresholds, the same in every timed process: blocks up to 32 MiB (glibc's
+# largest allowed mmap threshold) come from the heap, which is never trimmed while a phase runs, so every side's
+# repeated calls reuse memory in every evaluation, as a warmed-up process's do (and as CUDA's caching allocator
+# does on a GPU); larger blocks are mapped fresh on every call, on every side alike. Between phases the judge gives
+# the heap's free memory back (harness/footprint.release).
+MALLOC_MMAP_THRESHOLD = 32 << 20
+MALLOC_TRIM_THRESHOLD = 1 << 40  # never, in practice
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def timing_environment() -> dict[str, str]:
+    """What every timed process of an evaluation (judge, candidate's process, torch.compile baseline server, the
+    fork server they may come from) runs under, unless the caller set it: one thread count for every OpenMP pool
+    (torch's intra-op pool and a candidate's own), pools that sleep when idle, and the allocator policy above."""
+    return {
+        # An evaluation runs in several processes that each hold an OpenMP pool (the judge timing eager, the
+        # candidate's process, the torch.compile baseline server): pools that spin after each parallel region
+        # (GNU's default) take the cores from the process whose turn it is. Measured on the 2-core box, one run,
+        # swish_small: the judge's fastest bracket around a 0.24 ms timed call 3.6-8.4 ms spinning, 0.25-0.27 ms
+        # passive; the compiled baseline 24-55 ms spinning, 4-11 ms passive.
+        "OMP_WAIT_POLICY": "PASSIVE",
+        # stated rather than left to each runtime's own default (the cores this process may use), so that every
+        # side's pools have the same size whatever affinity a child inherits
+        "OMP_NUM_THREADS": str(usable_cores()),
+        "MALLOC_MMAP_THRESHOLD_": str(MALLOC_MMAP_THRESHOLD),
+        "MALLOC_TRIM_THRESHOLD_": str(MALLOC_TRIM_THRESHOLD),
+    }
 
 
 def isolation_status() -> tuple[bool, str]:

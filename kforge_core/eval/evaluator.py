@@ -125,7 +125,7 @@ def evaluate(problem: Problem, candidate_source: str, target: str, options: Eval
         raise ProblemError(server.problem_error)
     if server is not None and server.usable:
         relay = baselines.BaselineRelay(server)
-        request["remote_compiled"] = True
+        request.update(remote_compiled=True, compiled_conditions=server.conditions)
     elif server is not None and server.error:
         request["compiled_unavailable"] = server.error  # compiling again in every child would fail again
     files = {"problem.py": problem.source, "candidate.py": candidate_source}
@@ -165,8 +165,9 @@ def head_to_head(problem: Problem, programs: dict[int, str], target: str, option
                  cancel: Callable[[], bool] | None = None) -> dict:
     """Re-time `programs` ({iteration: source}) head to head in one evaluation, interleaved with each other and the
     baselines on the same inputs: judged (each contender in its own candidate's process) unless KFORGE_JUDGE=0.
-    Returns {"contenders": {iteration: Timing dict}, "eager", "compiled", "checks", "warnings"} or {"error": why};
-    raises EvaluationCancelled on a cancel."""
+    Returns {"contenders": {iteration: Timing dict}, "eager", "compiled", "checks", "warnings", "per_contender":
+    {iteration: {"checks", "warnings"}}, "judged"} or {"error": why, "warnings"}; raises EvaluationCancelled on a
+    cancel."""
     options = options or EvalOptions()
     platform = get_platform(target, require_available=True)
     names = {f"c{i}": i for i in programs}
@@ -177,7 +178,7 @@ def head_to_head(problem: Problem, programs: dict[int, str], target: str, option
     relay = None
     if server is not None and server.usable:
         relay = baselines.BaselineRelay(server)
-        request["remote_compiled"] = True
+        request.update(remote_compiled=True, compiled_conditions=server.conditions)
     files = {"problem.py": problem.source, **{f"{name}.py": programs[i] for name, i in names.items()}}
     limits = dict(timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
                   limit_address_space=platform.limit_address_space, fork_server_safe=platform.fork_server_safe,
@@ -191,15 +192,19 @@ def head_to_head(problem: Problem, programs: dict[int, str], target: str, option
         raise EvaluationCancelled()
     r = outcome.result or {}
     if "contest" not in r:
-        return {"error": r.get("reason") or f"the head-to-head child gave no result (exit {outcome.returncode})"}
-    contest = r["contest"]
+        return {"error": r.get("reason") or f"the head-to-head child gave no result (exit {outcome.returncode})",
+                "warnings": list(r.get("warnings") or [])}
+    contest, per = r["contest"], r.get("per_contender") or {}
     warnings = list(r.get("warnings") or [])
     if not r.get("judged"):
         warnings.append("timed in one process with every contender (KFORGE_JUDGE=0 or no memfd on this OS): code "
                         "that gets past the static rules and guards could forge these times")
     return {"contenders": {i: contest[name] for name, i in names.items() if name in contest},
             "eager": contest.get("eager"), "compiled": relay.summary() if relay is not None else None,
-            "checks": r.get("checks") or [], "warnings": warnings}
+            "checks": r.get("checks") or [], "warnings": warnings, "judged": bool(r.get("judged")),
+            "per_contender": {i: {"checks": list((per.get(name) or {}).get("checks") or []),
+                                  "warnings": list((per.get(name) or {}).get("warnings") or [])}
+                              for name, i in names.items()}}
 
 
 def validate_problem(problem: Problem, target: str = "cpu", timeout_s: float = 120.0,

@@ -17,7 +17,8 @@ patched:
   reach;
 - PID 1 of its own PID namespace is the evaluation itself: when it dies, the kernel kills every process it left
   (setsid and double-fork daemons included); RLIMIT_NPROC counts only this namespace's processes, RLIMIT_FSIZE
-  bounds every file it writes.
+  bounds every file it writes (the candidate's process and builds: soft = hard; the judge keeps the hard limit
+  open to size its shared arena, a memfd as large as the problem's tensors, and writes no file of its own).
 
 `enter(plan)` runs in a single-threaded child right after fork (the fork server's child, or `kforge_core.eval.jail`
 before it execs a spawned child). The process that calls it stays outside the new PID namespace as a small relay:
@@ -40,22 +41,14 @@ import signal
 import sys
 from pathlib import Path
 
+from .new_root import PIVOT_ROOT, PRIVATE, build_root, check
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
-
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
-MNT_DETACH = 2
-# statvfs f_flag bits -> mount flags: a bind mount in a user namespace must keep the flags its source mount has
-# ("locked" flags), or the read-only remount fails with EPERM
-_LOCKED = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
-           (getattr(os, "ST_NOATIME", 1024), MS_NOATIME), (getattr(os, "ST_NODIRATIME", 2048), MS_NODIRATIME),
-           (getattr(os, "ST_RELATIME", 4096), MS_RELATIME), (os.ST_RDONLY, MS_RDONLY))
 
 # /etc entries a compiler, the dynamic loader, Python and CUDA need; the rest of /etc (shadow, ssh keys, ...) stays out
 ETC_ALLOW = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
@@ -64,24 +57,15 @@ ETC_ALLOW = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passw
 DEV_ALLOW = ("null", "zero", "full", "random", "urandom", "tty")
 DEV_GPU_PREFIXES = ("nvidia", "dri", "kfd")
 TOOLCHAIN = ("/usr", "/opt", "/sys")
-RECURSIVE = ("/sys",)  # bound with what is mounted inside, all read-only
-PRIVATE = ("/", "/tmp", "/dev", "/proc")  # the child's own; never bound from the host
 # /bin, /lib, ... are symlinks into /usr on merged-usr systems, else bound too
 TOP_LEVEL_MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 NOBODY = 65534
-_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers
 _status: tuple[bool, str] | None = None
 
 
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"{what}: {os.strerror(e)}")
 
 
 def requested() -> str:
@@ -105,7 +89,7 @@ def _probe() -> tuple[bool, str]:
         return False, "turned off (KFORGE_ISOLATION=0)"
     if not sys.platform.startswith("linux"):
         return False, f"namespaces are Linux-only (this is {sys.platform})"
-    if os.uname().machine not in _PIVOT_ROOT:
+    if os.uname().machine not in PIVOT_ROOT:
         return False, f"no pivot_root syscall number known for {os.uname().machine}"
 
     import tempfile
@@ -233,7 +217,7 @@ def enter(p: dict, relay: bool = True) -> None:
     uid, gid = os.getuid(), os.getgid()
     # a non-dumpable process's /proc/self files belong to the host's root: it could not write its own uid_map
     libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
-    _check(libc.unshare(FLAGS), "unshare")
+    check(libc.unshare(FLAGS), "unshare")
     # The same ids inside as outside, except root, which is `nobody` inside (still the host's root for file
     # ownership: hence the new root). Mapping the host's root at all needs CAP_SETFCAP at unshare time: a root
     # caller's child enters before it drops its capabilities (sandbox.limits(..., drop=False))
@@ -251,11 +235,14 @@ def enter(p: dict, relay: bool = True) -> None:
         _relay(pid)
     try:
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the relay's death ends the namespace
-        _build_root(libc, p)
+        build_root(libc, p)
         # counted per user namespace: this limit bounds only the evaluation's own processes and threads
         resource.setrlimit(resource.RLIMIT_NPROC, (p["nproc"], p["nproc"]))
         n = p["fsize_mb"] * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
+        # soft limit only here: a judge must size its shared arena past it (`harness.shared.sealed_memfd`); every
+        # other process lowers the hard limit to it before any problem or candidate code runs (`harness.child`)
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (n if hard == resource.RLIM_INFINITY else min(n, hard), hard))
     except BaseException as e:  # noqa: BLE001 - report and die: never run candidate code half-isolated
         if not relay:
             os._exit(1)
@@ -282,103 +269,6 @@ def _relay(pid: int) -> None:
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-
-
-def _mount(libc, source, target, fstype, flags, data=None) -> None:
-    _check(libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
-                      data and data.encode()), f"mount {source} on {target}")
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
-                ("userns_fd", ctypes.c_uint64)]
-
-
-def _readonly_tree(libc, target: str) -> None:
-    """Make a recursive bind read-only with everything mounted under it (mount_setattr, Linux 5.12+): /sys holds
-    the cgroup file systems, whose files the host's root owns and could otherwise write."""
-    attr = _MountAttr(1 | 2 | 4, 0, 0, 0)  # MOUNT_ATTR_RDONLY | NOSUID | NODEV
-    _check(libc.syscall(442, -100, target.encode(), 0x8000, ctypes.byref(attr), ctypes.sizeof(attr)),
-           f"mount_setattr {target}")  # SYS_mount_setattr(AT_FDCWD, path, AT_RECURSIVE, ...)
-
-
-def _bind(libc, source: str, target: str, rw: bool) -> None:
-    if source in RECURSIVE:  # a tree with mounts inside, which a user namespace may not split from it
-        os.makedirs(target, exist_ok=True)
-        _mount(libc, source, target, None, MS_BIND | MS_REC)
-        try:
-            _readonly_tree(libc, target)
-        except OSError:  # a kernel before 5.12: no /sys at all rather than a writable one
-            _check(libc.umount2(target.encode(), MNT_DETACH), f"detach {target}")
-        return
-    if os.path.isdir(source):
-        os.makedirs(target, exist_ok=True)
-    else:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        if not os.path.exists(target):
-            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o600))
-    _mount(libc, source, target, None, MS_BIND)
-    locked = 0
-    try:
-        f = os.statvfs(source).f_flag
-        locked = sum(ms for st, ms in _LOCKED if f & st)
-    except OSError:
-        pass
-    # (a source mounted read-only stays read-only: its flag is among the locked ones)
-    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | locked | (0 if rw else MS_RDONLY))
-
-
-def _build_root(libc, p: dict) -> None:
-    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates back to the host
-    root = p["root"]
-    os.makedirs(root, exist_ok=True)
-    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m")
-    for d, opts in (("/tmp", "mode=1777,size=1g"), ("/dev", "mode=0755,size=1m")):
-        os.makedirs(root + d, exist_ok=True)
-        _mount(libc, "tmpfs", root + d, "tmpfs", MS_NOSUID | (MS_NODEV if d == "/tmp" else 0), opts)
-    # by depth, so a bind inside /tmp (the workdir) lands on the private /tmp, and a hidden directory is covered
-    # before anything allowed inside it (a writable cache subdirectory) is bound on top of the cover
-    ops = [(b["target"].count("/"), 0, b) for b in p["binds"] if b["target"] not in PRIVATE]
-    ops += [(h.count("/"), 1, h) for h in p.get("hide", [])]
-    if p.get("workdir"):
-        ops.append((p["workdir"].count("/"), 0, {"source": p["workdir"], "target": p["workdir"], "rw": True}))
-    covers = []
-    for _, kind, op in sorted(ops, key=lambda o: (o[0], o[1])):
-        if kind == 0:
-            _bind(libc, op["source"], root + op["target"], op["rw"])
-        elif os.path.isdir(op):
-            os.makedirs(root + op, exist_ok=True)
-            _mount(libc, "tmpfs", root + op, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,mode=0755")
-            covers.append(root + op)  # read-only once what is allowed inside it is bound
-        elif os.path.lexists(root + op):
-            _mount(libc, "/dev/null", root + op, None, MS_BIND)
-    for cover in covers:
-        _mount(libc, None, cover, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for name, target in p.get("links", {}).items():
-        if not os.path.lexists(root + name):
-            os.makedirs(os.path.dirname(root + name), exist_ok=True)
-            os.symlink(target, root + name)
-    for c in p.get("copies", []):
-        os.makedirs(os.path.dirname(root + c["target"]), exist_ok=True)
-        with open(c["source"], "rb") as src, open(root + c["target"], "wb") as dst:
-            dst.write(src.read(1 << 20))
-    for dev in p.get("devs", []):
-        _bind(libc, dev, root + dev, True)
-    os.makedirs(root + "/dev/shm", exist_ok=True)
-    _mount(libc, "tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, f"{root}/dev/{name}")
-    os.makedirs(root + "/proc", exist_ok=True)
-    _mount(libc, "proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _mount(libc, None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.chdir(root)
-    # pivot_root(".", "."): the old root ends up stacked under the new one and is detached right away
-    _check(libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
-    _check(libc.umount2(b".", MNT_DETACH), "detach the old root")
-    os.chdir(p["workdir"] or "/")
-
-
 
 
 class PidsCgroup:

@@ -109,19 +109,37 @@ NOISE_MEDIAN_OVER_MIN = 1.3
 NOISE_MAX_OVER_MEDIAN = 3.0
 
 
+NOISE_BOUNDS = {"median_over_min": NOISE_MEDIAN_OVER_MIN, "max_over_median": NOISE_MAX_OVER_MEDIAN}
+
+
+def timing_noise(t: Timing) -> str:
+    """Why a timing's trials disagree beyond the stated bounds, or "" when they agree."""
+    if t.min_ms <= 0:
+        return ""
+    if t.median_ms > NOISE_MEDIAN_OVER_MIN * t.min_ms:
+        return f"median {t.median_ms:.3g} ms is {t.median_ms / t.min_ms:.1f}x its fastest trial " \
+               f"({t.min_ms:.3g} ms; bound {NOISE_MEDIAN_OVER_MIN:g}x)"
+    if t.max_ms > NOISE_MAX_OVER_MEDIAN * t.median_ms:
+        return f"slowest trial {t.max_ms:.3g} ms is {t.max_ms / t.median_ms:.1f}x the median " \
+               f"({t.median_ms:.3g} ms; bound {NOISE_MAX_OVER_MEDIAN:g}x)"
+    return ""
+
+
+def noise_warning(name: str, t: Timing) -> str:
+    """The warning a noisy timing carries (a verdict's, a head-to-head's), or "" when its trials agree."""
+    why = timing_noise(t)
+    return (f"noisy timing ({name}, {why} over {t.trials} trials): the machine was busy or the timing unstable; "
+            f"re-time before trusting this number") if why else ""
+
+
 def noisy_timings(verdict: Verdict) -> dict[str, str]:
     """{timing name: why} for the verdict's timings whose trials disagree beyond the stated bounds."""
     out = {}
     for name in ("candidate", "eager", "compiled"):
         t = getattr(verdict, name)
-        if t is None or t.min_ms <= 0:
-            continue
-        if t.median_ms > NOISE_MEDIAN_OVER_MIN * t.min_ms:
-            out[name] = f"median {t.median_ms:.3g} ms is {t.median_ms / t.min_ms:.1f}x its fastest trial " \
-                        f"({t.min_ms:.3g} ms; bound {NOISE_MEDIAN_OVER_MIN:g}x)"
-        elif t.max_ms > NOISE_MAX_OVER_MEDIAN * t.median_ms:
-            out[name] = f"slowest trial {t.max_ms:.3g} ms is {t.max_ms / t.median_ms:.1f}x the median " \
-                        f"({t.median_ms:.3g} ms; bound {NOISE_MAX_OVER_MEDIAN:g}x)"
+        why = timing_noise(t) if t is not None else ""
+        if why:
+            out[name] = why
     return out
 
 
@@ -129,6 +147,5 @@ def mark_noise(verdict: Verdict) -> None:
     """Record noisy timings on the verdict (`noisy`) and as warnings."""
     noisy = noisy_timings(verdict)
     verdict.noisy = sorted(noisy)
-    for name, why in noisy.items():
-        verdict.warnings.append(f"noisy timing ({name}, {why} over {getattr(verdict, name).trials} trials): the "
-                                f"machine was busy or the timing unstable; re-time before trusting this number")
+    for name in noisy:
+        verdict.warnings.append(noise_warning(name, getattr(verdict, name)))

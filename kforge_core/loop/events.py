@@ -23,8 +23,12 @@ Kinds the loop appends with `RunStore.append_event` (payload = `data()`):
                         notes}
     error              {message, where}
     eval_stage         {iteration, stage, ...}          (the evaluation's progress: "checking seed 2/5", "timing")
-    head_to_head       {contenders: [{iteration, candidate_ms, min_ms, max_ms, trials, speedup_vs_eager,
-                        speedup_vs_compiled}], eager, compiled, best_iteration, rule, error}
+    head_to_head       {contenders: [{iteration, candidate_ms (the median), min_ms, max_ms, trials, speedup_vs_eager,
+                        speedup_vs_compiled, judged, checks: [{name, passed, detail}], warnings, noisy}], eager,
+                        compiled, best_iteration, rule, error, warnings (the contest's: its setup, the baselines'
+                        noise, a re-time), judged (out of process), noise_bounds {median_over_min, max_over_median}}
+                        (see loop/head_to_head.py; `judged`, `checks`, `warnings`, `noisy` and `noise_bounds` are
+                        absent from runs recorded before they were added)
     slower_than_baseline {iteration, speedup_vs_eager, speedup_vs_compiled, slower_than: ["eager", "torch.compile"],
                         use: "eager"|"torch.compile", message}   (the run's best loses to a measured baseline; see
                         loop/standing.py for the policy)
@@ -256,10 +260,14 @@ class HeadToHead(LoopEvent):
     best_iteration: int | None
     rule: str
     error: str | None = None
+    warnings: tuple = ()
+    judged: bool | None = None  # None: not known (an evaluator that does not say)
+    noise_bounds: dict | None = None
 
     def data(self) -> dict:
         return {"contenders": self.contenders, "eager": self.eager, "compiled": self.compiled,
-                "best_iteration": self.best_iteration, "rule": self.rule, "error": self.error}
+                "best_iteration": self.best_iteration, "rule": self.rule, "error": self.error,
+                "warnings": list(self.warnings), "judged": self.judged, "noise_bounds": self.noise_bounds}
 
 
 @dataclass(frozen=True)

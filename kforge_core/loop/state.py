@@ -13,6 +13,7 @@ from typing import Any
 from ..agents.base import Recommendation
 from .config import RunConfig
 from .feedback import history_entry
+from .head_to_head import reported_noise
 from .standing import standing
 from .types import ENDPOINT_FAILED, FUNCTIONAL, OPTIMIZATION, START, STOPPED, Attempt, LoopState, is_faster
 from ..store import RunStore
@@ -128,6 +129,7 @@ def summarize_run(store: RunStore, run_id: str) -> dict[str, Any]:
                         speedup_vs_compiled=row["speedup_vs_compiled"],
                         eager_ms=(contest[-1].get("eager") or {}).get("median_ms"),
                         compiled_ms=(contest[-1].get("compiled") or {}).get("median_ms"))
+            best["noise"] = reported_noise(contest[-1], best["iteration"])
         # never a slowdown shown as a result: what it loses to, and what to use instead (loop/standing.py)
         where = standing(best["iteration"], best["speedup_vs_eager"], best["speedup_vs_compiled"])
         best.update(slower_than=list(where.slower_than), use=where.use, warning=where.message or None)

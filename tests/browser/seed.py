@@ -222,6 +222,28 @@ def seed_single_iteration_run(store: RunStore, problem_name: str = "single_itera
     return run_id
 
 
+JUDGE_FLAG = "the judge could not confirm the reported times (on a busy machine)"
+
+
+def head_to_head_data(best: int = 2, other: int = 1) -> dict:
+    """A judged head-to-head as the loop writes it (`loop.head_to_head.contest_event`): #best fastest but noisy
+    (median 1.4x its fastest trial), #other flagged by the judge's clock, both baselines, a re-time warning."""
+    from kforge_core.loop.head_to_head import contest_event  # the loop's imports only where a test asks for this
+    from kforge_core.loop.types import Attempt
+
+    def t(median, low, high):
+        return {"median_ms": median, "min_ms": low, "max_ms": high, "trials": 7}
+
+    checks = [{"name": "timed outputs match eager", "passed": True, "detail": "12 calls"},
+              {"name": "judge's clock", "passed": True, "detail": "within its bracket"}]
+    result = {"contenders": {best: t(1.25, 0.9, 1.3), other: t(2.5, 2.4, 2.6)}, "eager": t(4.0, 3.9, 4.1),
+              "compiled": t(2.5, 2.45, 2.6), "judged": True, "warnings": [f"re-timed: the first was noisy (#{best})"],
+              "per_contender": {best: {"checks": checks, "warnings": []},
+                                other: {"checks": checks, "warnings": [JUDGE_FLAG]}}}
+    contenders = [Attempt(best, "optimization", "correct", "ok"), Attempt(other, "functional", "correct", "ok")]
+    return contest_event(result, contenders, best, "best = the fastest median").data()
+
+
 def seed_failed_run(store: RunStore, problem_name: str = "all_failed") -> str:
     """A run whose every iteration failed (two build failures): no timings at all."""
     run_id = _builtin_run(store, problem_name, functional=2, optimization=2)

@@ -15,8 +15,8 @@ from kforge_core.bench.report import write_reports
 from kforge_core.store import open_store
 from tests.browser.appkit import stop_run
 from tests.browser.conftest import ARTIFACTS, AppServer
-from tests.browser.seed import (PROBLEM, add_correct_iteration, bench_records, seed_failed_run, seed_mixed_run,
-                                seed_single_iteration_run, PROGRAM_V0, PROGRAM_V1)
+from tests.browser.seed import (JUDGE_FLAG, PROBLEM, add_correct_iteration, bench_records, head_to_head_data,
+                                seed_failed_run, seed_mixed_run, seed_single_iteration_run, PROGRAM_V0, PROGRAM_V1)
 from tests.browser.test_app_browser import TIMELINE, no_traceback, paste_module
 
 pytestmark = pytest.mark.browser
@@ -113,6 +113,34 @@ def test_single_iteration_run_draws_both_baselines_and_says_slower(page, app_ser
     times = [float(t) for t in ticks if not t.endswith("×") and t]
     assert {5.0, 10.0, 20.0, 50.0} <= set(times) and len(set(times)) == len(times), ticks
     no_traceback(page)
+
+
+def test_head_to_head_reads_each_contenders_spread_checks_and_warnings(page, app_server):
+    """Issue 22 item 5: the run's head-to-head in the activity log (a narrow column), as a user reads it: a row per
+    contender and baseline with its median, min, max and trials, each contender's checks and warnings under the
+    table, the judging and the noise bounds, the contest's own warning."""
+    with open_store(app_server.db) as s:
+        run_id = seed_single_iteration_run(s, problem_name="head_to_head_run")
+        s.append_event(run_id, "head_to_head", head_to_head_data(best=0, other=1))
+    open_run(page, app_server, run_id)
+    table = page.locator("table.kf-contest")
+    table.wait_for()
+    rows = table.locator("tbody tr").evaluate_all("rs => rs.map(r => [...r.cells].map(c => c.innerText.trim()))")
+    assert rows == [["#0 (best) — noisy", "1.25 ms", "0.9 ms", "1.3 ms", "7", "3.20x", "2.00x"],
+                    ["#1", "2.5 ms", "2.4 ms", "2.6 ms", "7", "1.60x", "1.00x"],
+                    ["eager", "4 ms", "3.9 ms", "4.1 ms", "7", "", ""],
+                    ["torch.compile", "2.5 ms", "2.45 ms", "2.6 ms", "7", "", ""]], rows
+    notes = page.locator("ul.kf-contest-notes li").all_inner_texts()
+    assert notes[0].startswith("#0 checks: timed outputs match eager ✓, judge's clock ✓\nwarnings: noisy timing"), notes
+    assert notes[1] == f"#1 checks: timed outputs match eager ✓, judge's clock ✓\nwarnings: {JUDGE_FLAG}", notes
+    body = page.inner_text("body")
+    assert "Judged out of process: each contender ran in a process of its own" in body
+    assert "re-timed: the first was noisy (#0)" in body
+    # the stylesheet reaches the table: compact, and no row wraps inside the narrow column
+    assert table.evaluate("t => getComputedStyle(t).fontSize") == "12px"
+    assert table.evaluate("t => [...t.rows].every(r => r.getBoundingClientRect().height < 30)")
+    no_traceback(page)
+    page.locator("table.kf-contest").screenshot(path=str(ARTIFACTS / "browser_head_to_head.png"))
 
 
 def test_all_failed_run_says_so_and_offers_no_pointless_resume(page, app_server, seeded):

@@ -47,6 +47,13 @@ def case(module: str, name: str, problem: str | Path, candidate: str | Path, wei
     return name
 
 
+def assert_status(v, status: str, *fragments: str):
+    """The verdict has `status` and its reason holds every fragment (case-insensitive); else the log's tail."""
+    assert v.status == status, f"expected {status}, got {v.status}: {v.reason}\n{v.log_tail}"
+    for frag in fragments:
+        assert frag.lower() in v.reason.lower(), f"{frag!r} not in reason: {v.reason}"
+
+
 def run_case(c: Case):
     from kforge_core.eval.evaluator import EvalOptions, evaluate
     from kforge_core.problem import load_problem

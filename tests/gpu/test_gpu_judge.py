@@ -78,12 +78,14 @@ def test_loosened_tolerance_fails_with_the_judge(monkeypatch):
 
 
 def test_forged_timer_is_rejected_on_the_gpu(monkeypatch):
-    """On accelerators the judge's clock check is strict: reports far below its brackets reject."""
+    """On accelerators a forged clock is rejected: by the judge's clock check (reports far below its brackets) or,
+    where the forged time is also below what the hardware can do, by the floor check first (seen on an H200)."""
     monkeypatch.setenv("KFORGE_UNSAFE_DISARM", "1")
     monkeypatch.setenv("KFORGE_JUDGE", "1")
     source = FORGE_TIMER + (EXAMPLES / "cuda" / "candidate.py").read_text()
     v = _evaluate("cuda", source, **QUICK)
-    assert v.status == "rejected" and ("judge's own clock" in v.reason or "below the CPU time they used" in v.reason), \
+    assert v.status == "rejected" and any(why in v.reason for why in (
+        "judge's own clock", "below the CPU time they used", "below the hardware floor")), \
         (v.status, v.reason, v.log_tail[-2000:])
 
 
@@ -110,5 +112,7 @@ def test_contest_judged_per_contender_on_the_gpu(monkeypatch):
     result = head_to_head(Problem("example", problem.read_text(), problem), {1: source, 2: source}, "cuda",
                           EvalOptions(timeout_s=240, **QUICK))
     assert "error" not in result, result
-    assert set(result["contenders"]) == {1, 2} and not result["warnings"], result
+    # the machine's own warnings (e.g. no OS isolation under gVisor) are not the contest's
+    contest_warnings = [w for w in result["warnings"] if not w.startswith("evaluated without OS isolation")]
+    assert set(result["contenders"]) == {1, 2} and not contest_warnings, result
     assert {c["name"] for c in result["checks"]} >= {"c1: judge's clock", "c2: CPU time outside calls"}, result

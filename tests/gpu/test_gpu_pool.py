@@ -63,6 +63,8 @@ def test_judged_through_the_fork_server_forked_and_pre_started(monkeypatch, targ
     handed = warm_pool.STATS["handed_off"]
     pooled = _evaluate(target)
     assert pooled.status == "correct", (pooled.status, pooled.reason, pooled.log_tail[-2000:])
-    assert warm_pool.STATS["handed_off"] == handed + 2 and set(list(warm_pool.HANDED_OFF)[-2:]) == set(waiting)
+    # the pair handed this evaluation was among the waiting children (earlier tests may have left others waiting:
+    # on a 2-GPU H200 machine four were)
+    assert warm_pool.STATS["handed_off"] == handed + 2 and set(list(warm_pool.HANDED_OFF)[-2:]) <= set(waiting)
     # the zygote checks itself before every fork (zygote.device_touched): a refusal would have retired it
     assert _cuda_server() is server

@@ -12,7 +12,7 @@ Why a process and not a fork of a warm parent: the compiled baseline's first cal
 a child forked after that hangs at its first parallel region (GNU libgomp is not fork-safe).
 
 Protocol, one JSON object per line. stdin: {"workdir", "target", "size_class"} first, then {"op": "time"|"warm",
-"seed"}. stdout: {"stage": ...} while starting, {"ready": true, "torch_compile_s"} or {"ready": true, "error"} or
+"seed"}. stdout: {"stage": ...} while starting, {"ready": true, "torch_compile_s", "conditions"} or {"ready": true, "error"} or
 {"problem_error"}, then one {"ms"} or {"ok"} or {"error"} per request.
 """
 
@@ -39,6 +39,7 @@ def main() -> None:
 
     from ...platform import get_platform
     from .child import scrub_sys_path
+    from .conditions import read as read_conditions
     from .run import ProblemFailure, _load_reference
     from .timing import compile_baseline
 
@@ -59,7 +60,7 @@ def main() -> None:
     if compiled is None:
         _write({"ready": True, "error": err})
         return
-    _write({"ready": True, "torch_compile_s": compile_s})
+    _write({"ready": True, "torch_compile_s": compile_s, "conditions": read_conditions()})
     for line in sys.stdin:
         try:
             msg = json.loads(line)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import sys
 import time
 import traceback
@@ -54,6 +55,23 @@ def scrub_sys_path(*writable: str | os.PathLike) -> None:
     sys.path_importer_cache.clear()
 
 
+def is_judge(request: dict) -> bool:
+    """The judge of a judged evaluation: it holds the candidate's end(s) of the channel (`peer_fd`, `peer_fd_NAME`)."""
+    return request.get("mode") not in ("worker", "build") and any(k.startswith("peer_fd") for k in request)
+
+
+def _close_file_size_limit(request: dict) -> None:
+    """Isolation sets RLIMIT_FSIZE's soft limit and leaves the hard one open for the judge, which sizes its shared
+    arena (a memfd: ftruncate counts against the limit) to the problem's tensors, 6 GiB and more at KernelBench's
+    sizes. Every other child -- the candidate's process, one-process evaluations, builds -- gets hard = soft now,
+    before it imports anything of the problem's or the candidate's, so no code of theirs can raise it."""
+    if is_judge(request):
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, soft))
+
+
 def main() -> None:
     serve(json.loads(sys.stdin.read()))
 
@@ -66,6 +84,7 @@ def serve(request: dict, started: float | None = None) -> None:
     from . import progress
 
     progress.open_channel(request)  # before any problem or candidate code: the caller's FIFOs, opened by us
+    _close_file_size_limit(request)
     scrub_sys_path(workdir)
     out_fd = _redirect_output(int(request.pop("candidate_log_fd")))
     nonce = request.pop("nonce")

@@ -9,7 +9,10 @@ same requests as in an evaluation. Times, comparisons and the checks on reported
 
 Each contender was judged correct on its own before; here every timed output of each one is still checked against
 eager's on the same inputs (and must launch a kernel it compiled), so a contender that changed behaviour fails
-the contest. Request: {"mode": "head_to_head", "contenders": ["c12", "c7", ...]} with files `<name>.py`.
+the contest. Request: {"mode": "head_to_head", "contenders": ["c12", "c7", ...]} with files `<name>.py`. Result:
+{"contest": {name, "eager"[, "compiled"]: {median_ms, min_ms, max_ms, trials}}, "per_contender": {name: {"checks",
+"warnings"}} (the checks each one passed, what the judge flagged about it), "checks" (the judge's, named per
+contender), "judged"}.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from pathlib import Path
 from ...errors import CompileError
 from ..rules import check_candidate
 from ..tolerance import get_policy
-from . import context, guards, progress
+from . import conditions, context, guards, progress
 from .compare import compare_outputs, fingerprint
+from .in_process import copy_matching_weights, guard_findings, raise_guard_findings
 from .loading import candidate_class, clone, import_file
+from .reference import _seeded
 from .remote import RemoteCandidate, RemoteFailure
 from .timing import RemoteModel, TimingOptions, time_models
 
@@ -36,8 +41,6 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
     """`remotes` ({name: RemoteCandidate}, the judge of a judged contest): each contender runs in its own
     candidate's process and this process never imports one; without them (KFORGE_JUDGE=0), every contender is
     imported here, beside the eager reference."""
-    from .run import _copy_matching_weights, _guard_findings, _raise_guard_findings, _seeded
-
     names = [str(n) for n in request.get("contenders", [])]
     if not 2 <= len(names) <= 8:
         return {"status": "runtime_error", "reason": "a head-to-head needs 2 to 8 contenders"}
@@ -61,10 +64,10 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
             state.update(guards.snapshot_state())
             cls = candidate_class(import_file(path, f"kforge_contender_{name}"))
             model = _seeded(platform, 0, lambda: cls(*clone(init))).to(platform.device())
-            found = _guard_findings(state)
+            found = guard_findings(state)
             if found:
                 raise ContestFailure(f"{name}: {found}")
-            _copy_matching_weights(ref_model, model)
+            copy_matching_weights(ref_model, model)
             model.train(ref_model.training)
             models[name] = model
     except (ContestFailure, CompileError, guards.GuardViolation, RemoteFailure) as e:
@@ -75,6 +78,7 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
     if request.get("remote_compiled") and progress.relay_available():
         models["compiled"] = RemoteModel(progress.relay)
     policy = get_policy(request.get("tolerance", "default"))
+    compared = dict.fromkeys(names, 0)  # per contender: calls whose output was compared with eager's
 
     def verify(what, inputs, pristine, outputs, launched) -> None:
         if judged:
@@ -82,7 +86,7 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
                 if name in outputs:
                     remotes[name].check_between_calls()
         else:
-            _raise_guard_findings(state, identities=False)
+            raise_guard_findings(state, identities=False)
         if fingerprint(inputs) != pristine:
             raise ContestFailure(f"a contender modified its inputs in {what}")
         for name in names:
@@ -90,8 +94,10 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
                 continue
             if launched.get(name, 0) == 0:
                 raise ContestFailure(f"{name} ran no kernel it compiled in {what}")
-            if "eager" in outputs and not compare_outputs(outputs[name], outputs["eager"], policy).passed:
-                raise ContestFailure(f"{name}'s output of {what} is wrong")
+            if "eager" in outputs:
+                if not compare_outputs(outputs[name], outputs["eager"], policy).passed:
+                    raise ContestFailure(f"{name}'s output of {what} is wrong")
+                compared[name] += 1
 
     progress.stage("timing head to head", contenders=len(names))
     opts = TimingOptions(**request.get("timing_options", {}))
@@ -104,15 +110,29 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
         finally:
             for watch in watches:
                 watch.stop()
-        checks = _judge_contenders(remotes, platform) if judged else []
+        judge = _judge_contenders(remotes, platform) if judged else {}
     except (ContestFailure, guards.GuardViolation) as e:
         return {"status": "runtime_error", "reason": f"head-to-head: {e}"}
     except RemoteFailure as e:
         return {"status": "runtime_error", "reason": f"head-to-head: {e.reason}"}
     except BaseException as e:  # noqa: BLE001 - candidate code
         return {"status": "runtime_error", "reason": f"head-to-head: timing raised {type(e).__name__}: {e}"}
-    out = {"status": "correct", "reason": "head-to-head timed", "contest": summaries, "checks": checks,
-           "device": platform.device_name(), "target": platform.name, "judged": judged}
+    per = _contest_checks(names, compared, judged)
+    compiled_conditions = request.get("compiled_conditions") if "compiled" in models else None
+    for name in names:  # as a verdict states them: each contender's process, eager's and the compiled baseline's
+        sides = {"eager (the judge)": conditions.read(),
+                 "the contender's process (reported)": remotes[name].conditions if judged else conditions.read()}
+        if "compiled" in models:
+            sides["torch.compile baseline server"] = compiled_conditions
+        check, warning = conditions.check(sides)
+        per[name]["checks"].append(check)
+        per[name]["warnings"] += [warning] if warning else []
+    for name, (checks, warnings) in judge.items():
+        per[name]["checks"] += checks
+        per[name]["warnings"] += warnings
+    out = {"status": "correct", "reason": "head-to-head timed", "contest": summaries,
+           "checks": [{**c, "name": f"{name}: {c['name']}"} for name, (checks, _) in judge.items() for c in checks],
+           "per_contender": per, "device": platform.device_name(), "target": platform.name, "judged": judged}
     if guards.disarmed():
         out["warnings"] = [f"static rules and guards disarmed ({guards.DISARM_VARIABLE}=1)"]
     return out
@@ -129,22 +149,48 @@ def _load_remote(name: str, remote: RemoteCandidate, memory):
     return model
 
 
-def _judge_contenders(remotes: dict, platform) -> list[dict]:
+def _contest_checks(names: list[str], compared: dict[str, int], judged: bool) -> dict[str, dict]:
+    """{name: {"checks", "warnings"}}: what every contender passed on every call of a finished contest (a failure
+    ends the contest instead). Rules and guards disarmed (a test of the judge): only the checks that still ran."""
+    where = "its own process's, after every call and in full after timing" if judged else \
+        "this process's (shared by every contender and eager), after every call"
+    out = {}
+    for name in names:
+        checks = [{"name": "timed outputs match eager", "passed": True,
+                   "detail": f"each of its {compared[name]} calls compared with eager PyTorch's output on the same "
+                             f"fresh inputs"},
+                  {"name": "must-launch", "passed": True, "detail": "a kernel it compiled ran in every call"},
+                  {"name": "inputs unmodified", "passed": True, "detail": "the inputs' fingerprint unchanged by every "
+                                                                          "trial"}]
+        if not guards.disarmed():
+            checks += [{"name": "static rules", "passed": True, "detail": "its source re-checked before the contest"},
+                       {"name": "guards", "passed": True, "detail": where}]
+        if judged:
+            checks.append({"name": "judged out of process", "passed": True,
+                           "detail": "inputs, eager's outputs, the comparisons and every time kept by a judge that "
+                                     "never imported a contender"})
+        out[name] = {"checks": checks, "warnings": []}
+    return out
+
+
+def _judge_contenders(remotes: dict, platform) -> dict[str, tuple[list[dict], list[str]]]:
     """After timing, per contender: the full guard check, its reported times against the judge's clock and the
-    CPU readings, and the deferred-work check. A contender failing any of them fails the contest."""
-    checks = []
+    CPU readings, and the deferred-work check: {name: (checks, warnings)}. A contender failing any of them fails
+    the contest; what the judge could only flag (its clock on a busy CPU box) is that contender's warning."""
+    out = {}
     for name, remote in remotes.items():
         found = remote.findings()
         if found:
             raise ContestFailure(f"{name}: {found}")
         try:
-            check, _ = remote.timing_check(strict=platform.device_type != "cpu")
+            check, warning = remote.timing_check(strict=platform.device_type != "cpu")
         except RemoteFailure as e:
             raise ContestFailure(f"{name}: {e.reason}") from None
-        checks.append({**check, "name": f"{name}: {check['name']}"})
+        checks, warnings = [check], [warning] if warning else []
         deferred = remote.cpu_check()
         if deferred is not None:
-            checks.append({**deferred[0], "name": f"{name}: {deferred[0]['name']}"})
+            checks.append(deferred[0])
             if deferred[1]:
                 raise ContestFailure(f"{name}: {deferred[1]}")
-    return checks
+        out[name] = (checks, warnings)
+    return out

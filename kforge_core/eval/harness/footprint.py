@@ -1,6 +1,7 @@
 """The evaluation's memory, inside the child: what the problem's own tensors take, whether an evaluation of it can
-fit on this device before it starts, the peak each phase reached, and giving cached device memory back between
-phases.
+fit on this device before it starts, the peak each phase reached, and giving cached memory back between phases (the
+device's caching allocator's; on the host, glibc's free heap, which is not trimmed while a phase runs:
+child_setup.MALLOC_TRIM_THRESHOLD).
 
 The protocol's bound, besides the two models' parameters (the reference's and the candidate's copy) and the
 reference's own working memory: the inputs twice and the outputs twice (the reference's determinism check), or the
@@ -13,7 +14,9 @@ resident set (VmHWM, reset per phase through /proc/self/clear_refs where the ker
 
 from __future__ import annotations
 
+import ctypes
 import resource
+import sys
 from dataclasses import asdict, dataclass
 
 import torch
@@ -140,11 +143,28 @@ def out_of_memory(e: BaseException) -> bool:
         s in str(e) for s in ("out of memory", "Cannot allocate memory", "can't allocate memory"))
 
 
+def _malloc_trim():
+    """glibc's malloc_trim, looked up before any candidate code exists; None elsewhere (musl, macOS)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
 def release(platform) -> None:
-    """Give cached, unused device memory back between phases, so the next phase's different sizes can use it."""
+    """Give cached, unused memory back between phases, so the next phase's different sizes can use it: the device's
+    cache, and the host heap's free memory (kept while a phase runs, so that timed calls reuse it)."""
     if _cuda(platform):
         platform.synchronize()
         torch.cuda.empty_cache()
+    if _MALLOC_TRIM is not None:
+        with guards.trusted():
+            _MALLOC_TRIM(0)
 
 
 class Phases:

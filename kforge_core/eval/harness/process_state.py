@@ -160,6 +160,7 @@ IDENTITY_MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft",
                     "builtins", "kforge_core.eval.harness.compare", "kforge_core.eval.harness.correctness",
                     "kforge_core.eval.harness.timing", "kforge_core.eval.harness.loading",
                     "kforge_core.eval.harness.launches", "kforge_core.eval.harness.run",
+                    "kforge_core.eval.harness.in_process",
                     "kforge_core.eval.harness.guards", "kforge_core.eval.harness.process_state",
                     "kforge_core.eval.harness.native", "kforge_core.eval.tolerance",
                     "kforge_core.platform", "platforms._ctypes_kernels")

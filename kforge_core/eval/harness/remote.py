@@ -68,6 +68,7 @@ class RemoteCandidate:
         # the copies, which would understate the custom-kernel share)
         self.forward_ns = 0
         self.round_trip_ms: float | None = None
+        self.conditions: dict | None = None  # what the candidate's process says it times under (conditions.read)
 
     # ------------------------------------------------------------------ channel
 
@@ -121,6 +122,7 @@ class RemoteCandidate:
         except GuardViolation as e:
             return None, {"status": "rejected", "reason": str(e)}
         self.training = bool(reply.get("training"))
+        self.conditions = reply.get("conditions")
         return self, {"build_s": float(reply.get("build_s") or 0.0), "builds": list(reply.get("builds") or [])}
 
     @staticmethod
@@ -173,7 +175,9 @@ class RemoteCandidate:
         if self.arena is None or self.arena.size < need:
             if self.arena is not None:
                 self.arena.close()
-            self.arena = shared.Arena.create(need + need // 4)  # every seed has the same sizes: rarely regrown
+            # exactly what this call needs: the outputs' room is the reference's (a candidate's larger output is
+            # described, not copied), and KernelBench's 6 GiB tensors leave no host memory for slack
+            self.arena = shared.Arena.create(need)
             self.arena.pin(self.device)
             fds = [self.arena.fd]
         layout, end = shared.write(self.arena, list(inputs), 0)

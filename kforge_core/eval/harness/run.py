@@ -8,21 +8,18 @@ from __future__ import annotations
 
 import os
 import random
-import time
-import traceback
 from pathlib import Path
-
-import torch
 
 from ...errors import CompileError
 from ...platform import TimingIntegrityError, get_platform
 from ..rules import check_candidate
 from ..tolerance import get_policy
-from . import context, footprint, guards, launches, progress, watchdog, work
+from . import conditions, context, footprint, guards, launches, progress, watchdog, work
 from .compare import compare_outputs, fingerprint
+from .contest import run_contest
 from .correctness import check_correctness
-from .loading import CandidateShapeError, candidate_class, clone, import_file
-from .reference import ProblemFailure, _load_reference, _reference_checks, _seeded
+from .in_process import InProcess, describe_exception, load_candidate
+from .reference import ProblemFailure, _load_reference, _reference_checks
 from .remote import RemoteFailure, connect
 from .timing import RemoteModel, TimingOptions, compile_baseline, time_models
 
@@ -56,31 +53,6 @@ def run(request: dict, workdir: Path) -> dict:
                 r.close()
 
 
-class _InProcess:
-    """The checks made around the candidate when it runs in this very process (no judge split: `KFORGE_JUDGE=0`,
-    head-to-head contests, platforms without the split); `harness.remote.RemoteCandidate` answers the same calls
-    when the candidate runs in a process of its own."""
-
-    def __init__(self, state: dict, platform, make_inputs):
-        self.state, self.platform, self.make_inputs = state, platform, make_inputs
-
-    def after_call(self) -> None:
-        _raise_guard_findings(self.state, registrations=False)
-
-    def check_between_calls(self) -> None:
-        _raise_guard_findings(self.state, identities=False)
-
-    def findings(self, identities: bool = True) -> str:
-        return _guard_findings(self.state, identities)
-
-    def profile(self, model, share_only: bool = False):
-        return _profile(self.platform, model, self.make_inputs, share_only)
-
-    def resnapshot(self) -> None:
-        """Our own code ran (torch.compile, lazy imports): what it changed is not the candidate's doing."""
-        self.state.update(guards.snapshot_state(registrations=False))
-
-
 def _run(request: dict, workdir: Path, platform, timer, state, remote=None, contenders=None) -> dict:
     progress.stage("loading the problem", pid=os.getpid())  # the process a cancel kills (with its group)
     memory = footprint.Phases(platform)
@@ -91,10 +63,6 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
     problem_info["warnings"] = ref_warnings
     footprint.release(platform)
     if request.get("mode") == "head_to_head":
-        # import circle (justified): the head-to-head contest is one mode of a run, and reuses the run's guard and
-        # seeding helpers rather than copying them
-        from .contest import run_contest
-
         return run_contest(request, workdir, platform, timer, state, ref_model, init, make_inputs,
                            remotes=contenders, memory=memory)
     if request.get("mode") == "validate":
@@ -128,7 +96,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
         side = remote
     else:
         new_model, loaded = load_candidate(cand_path, platform, state, init, ref_model)
-        side = _InProcess(state, platform, make_inputs)
+        side = InProcess(state, platform, make_inputs)
     if new_model is None:
         return _verdict(**loaded, **base)
     base.update(loaded)
@@ -150,7 +118,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
     except ProblemFailure:
         raise
     except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
-        return _verdict("runtime_error", _describe_exception("ModelNew.forward", e, str(cand_path), memory), **base)
+        return _verdict("runtime_error", describe_exception("ModelNew.forward", e, str(cand_path), memory), **base)
     footprint.release(platform)
     base["memory"] = memory.report()
     if res.status == "incorrect" and draws_random:
@@ -182,7 +150,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
             except TimingIntegrityError as e:
                 return _verdict("rejected", str(e), **base)
             except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
-                return _verdict("runtime_error", _describe_exception("timing ModelNew", e, str(cand_path), memory),
+                return _verdict("runtime_error", describe_exception("timing ModelNew", e, str(cand_path), memory),
                                 **base)
             footprint.release(platform)
             base["memory"] = memory.report()
@@ -243,94 +211,10 @@ def _fields(extra: dict) -> dict:
     return {k: v for k, v in extra.items() if k in ("compile_log", "builds", "worker_lost")}
 
 
-def load_candidate(cand_path: Path, platform, state: dict, init: list, ref_model) -> tuple[object | None, dict]:
-    """Import the candidate and build ModelNew: (model, {"build_s", "builds"}), or (None, verdict fields) when it
-    fails or breaks a guard. Runs in the process that will run the candidate (the worker, or the one-process
-    harness)."""
-    # What the candidate must leave as it found it, taken after the problem's own imports (a problem may set
-    # torch flags legitimately) and right before the first line of candidate code runs.
-    state.update(guards.snapshot_state())
-    build_start = time.perf_counter()
-    try:
-        cand_module = import_file(cand_path, "kforge_candidate")
-        cls = candidate_class(cand_module)
-        # its own copy of the init arguments: tensors among them are shared with the reference's constructor
-        new_model = _seeded(platform, 0, lambda: cls(*clone(init))).to(platform.device())
-    except CompileError as e:
-        return None, {"status": "compile_error", "reason": str(e), "compile_log": e.log,
-                      "builds": list(launches.builds)}
-    except guards.GuardViolation as e:
-        return None, {"status": "rejected", "reason": str(e)}
-    except CandidateShapeError as e:
-        return None, {"status": "runtime_error", "reason": str(e)}
-    except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
-        return None, {"status": "runtime_error",
-                      "reason": _describe_exception("loading the candidate", e, str(cand_path))}
-    loaded = {"build_s": time.perf_counter() - build_start, "builds": launches.builds}
-    rejected = _guard_findings(state)  # hooks, modes, patches installed at import time
-    if rejected:
-        return None, {"status": "rejected", "reason": rejected, **loaded}
-    _copy_matching_weights(ref_model, new_model)
-    new_model.train(ref_model.training)
-    return new_model, loaded
-
-
-def _copy_matching_weights(ref_model, new_model) -> None:
-    """Same seed already gives the same init in KernelBench; copying matching state makes it independent of
-    construction order. Only when every key and shape matches."""
-    ref_sd, new_sd = ref_model.state_dict(), new_model.state_dict()
-    if ref_sd and ref_sd.keys() == new_sd.keys() and all(ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
-        with torch.no_grad():
-            new_model.load_state_dict(ref_sd)
-
-
-def _guard_findings(state: dict, identities: bool = True, registrations: bool | None = None) -> str:
-    if guards.disarmed():
-        return ""
-    if guards.violations:
-        v = guards.violations[0]
-        return v if "[rule " in v else f"{v} [rule no-threads / sandbox]"
-    changed = guards.changed_state(state, identities, registrations)
-    if changed:
-        more = f" (+{len(changed) - 8} more)" if len(changed) > 8 else ""
-        return f"candidate changed {', '.join(changed[:8])}{more} (patched functions, hooks, modes or torch " \
-               f"settings left behind) [rule no-patching]"
-    return ""
-
-
-def _raise_guard_findings(state: dict, identities: bool = True, registrations: bool | None = None) -> None:
-    """After each candidate call, before the harness computes anything with torch again."""
-    found = _guard_findings(state, identities, registrations)
-    if found:
-        raise guards.GuardViolation(found)
-
-
 class TimingFailure(Exception):
     def __init__(self, status: str, reason: str):
         super().__init__(reason)
         self.status, self.reason = status, reason
-
-
-def candidate_frames(exc: BaseException, candidate_file: str) -> str:
-    """The traceback lines that point into the candidate, as 'candidate line N: code'."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    lines = [f"candidate line {f.lineno}: {(f.line or '').strip()}" for f in frames if f.filename == candidate_file]
-    return "; ".join(lines[-3:])
-
-
-def _describe_exception(where: str, e: BaseException, cand_file: str, memory=None) -> str:
-    frames = candidate_frames(e, cand_file)
-    msg = str(e).strip().splitlines()
-    text = f"{where} raised {type(e).__name__}: {msg[0][:400] if msg else ''}"
-    if footprint.out_of_memory(e):
-        text += " — it ran out of memory (the evaluation's memory limit)"
-        if memory is not None:
-            text += (f"; the problem's own tensors take {memory.sizes.live / footprint.GiB:.3g} GiB "
-                     f"({memory.sizes.describe()}), the evaluation needs about "
-                     f"{memory.sizes.needed() / footprint.GiB:.3g} GiB besides ModelNew's own memory")
-    if isinstance(e, SystemExit):
-        text += " — candidate code may not exit the evaluation"
-    return f"{text} ({frames})" if frames else text
 
 
 def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, side) -> dict:
@@ -338,7 +222,7 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     rng = random.Random()
     policy = get_policy(request.get("tolerance", "default"))
     models = {"candidate": new_model, "eager": ref_model}
-    out: dict = {"warnings": []}
+    out: dict = {"warnings": [], "checks": []}
     remote = None
     if request.get("baselines", True) and request.get("compiled_unavailable"):
         out["warnings"].append(str(request["compiled_unavailable"]))
@@ -399,13 +283,14 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
         raise guards.GuardViolation(found)
     if hasattr(side, "timing_check"):
         check, warning = side.timing_check(strict=platform.device_type != "cpu")
-        out["checks"] = [check]
+        out["checks"].append(check)
         out["warnings"] += [warning] if warning else []
         deferred = side.cpu_check()
         if deferred is not None:
             out["checks"].append(deferred[0])
             if deferred[1]:
                 raise TimingFailure("rejected", deferred[1])
+    _state_conditions(out, request, side, remote is not None)
     if platform.synchronous_kernels and candidate_calls[0]:
         # kernel time per candidate call (warm-ups and timed calls) against the median timed call
         per_call_ns = (launches.kernel_ns() - kernel_before) / candidate_calls[0]
@@ -431,6 +316,21 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     return out
 
 
+def _state_conditions(out: dict, request: dict, side, compiled_remote: bool) -> None:
+    """The timing conditions of every process that timed a side, as a check (and a warning where they differ). A
+    torch.compile baseline compiled in this process runs under this process's conditions."""
+    mine = conditions.read()
+    if isinstance(side, InProcess):
+        sides = {"candidate and eager (one process)": mine}
+    else:
+        sides = {"eager (the judge)": mine, "candidate's process (reported)": getattr(side, "conditions", None)}
+    if compiled_remote:
+        sides["torch.compile baseline server"] = request.get("compiled_conditions")
+    check, warning = conditions.check(sides)
+    out["checks"].append(check)
+    out["warnings"] += [warning] if warning else []
+
+
 # A timed call below this share of the floor fails on accelerators (their ceilings are measured on an idle device;
 # the margin covers the measurement's own noise). On the CPU target, a machine shared with other work measures its
 # ceilings low, so there it stays a warning.
@@ -445,20 +345,3 @@ def below_floor(candidate: dict, roof: dict, platform) -> str:
         return ""
     return (f"a timed call took {fastest:.4g} ms, below the hardware floor of {floor:.4g} ms ({roof.get('bound')}"
             f"-bound at measured ceilings): work escaped the timer [rule no-patching]")
-
-
-def _profile(platform, new_model, make_inputs, share_only: bool = False):
-    """The platform's profile of the candidate (a dict), or with `share_only` just its custom-kernel share."""
-    if not platform.has_profiler:
-        return None
-    inputs = make_inputs(0)
-
-    def call():
-        with guards.untrusted(), torch.no_grad():  # candidate code stays guarded inside the trusted profiler
-            new_model(*inputs)
-
-    try:
-        with guards.trusted():
-            return platform.custom_share(call) if share_only else platform.profile(call)
-    except Exception as e:  # noqa: BLE001 - a profiler failure must not cost the verdict
-        return None if share_only else {"error": f"profiler failed: {type(e).__name__}: {e}"}

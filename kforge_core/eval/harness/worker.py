@@ -20,9 +20,10 @@ import torch
 
 from ...errors import CompileError
 from ...platform import get_platform
-from . import context, guards, launches
+from . import conditions, context, guards, launches
 from .correctness import outputs_from_kernels
-from .run import ProblemFailure, _describe_exception, _guard_findings, _load_reference, _profile, load_candidate
+from .in_process import describe_exception, guard_findings, load_candidate, profile_candidate
+from .reference import ProblemFailure, _load_reference
 from .shared import Arena, ProtocolError, check_sealed, prepare_pinning, read, recv, send, write
 
 
@@ -80,7 +81,7 @@ class _Worker:
                 reply = {"status": "compile_error", "reason": str(e), "compile_log": e.log}
             except BaseException as e:  # noqa: BLE001 - candidate code: SystemExit and KeyboardInterrupt too
                 what = {"call": "ModelNew.forward", "time": "timing ModelNew"}.get(op, f"ModelNew ({op})")
-                reply = {"status": "runtime_error", "reason": _describe_exception(what, e, self.cand_path)}
+                reply = {"status": "runtime_error", "reason": describe_exception(what, e, self.cand_path)}
             send(self.sock, reply)
 
     def _new_arena(self, fd: int) -> None:
@@ -94,7 +95,7 @@ class _Worker:
             raise
 
     def _found(self, identities: bool) -> None:
-        found = _guard_findings(self.state, identities, registrations=False)
+        found = guard_findings(self.state, identities, registrations=False)
         if found:
             raise guards.GuardViolation(found)
 
@@ -123,7 +124,7 @@ class _Worker:
         if model is None:
             return loaded
         self.model = model
-        return {"ok": True, "training": model.training, **loaded}
+        return {"ok": True, "training": model.training, "conditions": conditions.read(), **loaded}
 
     def op_ping(self, msg: dict) -> dict:
         return {"ok": True}
@@ -186,13 +187,14 @@ class _Worker:
                 "provenance": outputs_from_kernels(out, launches.touched())}
 
     def op_findings(self, msg: dict) -> dict:
-        return {"found": _guard_findings(self.state, bool(msg.get("identities", True)))}
+        return {"found": guard_findings(self.state, bool(msg.get("identities", True)))}
 
     def op_profile(self, msg: dict) -> dict:
         def make_inputs(seed: int):
             return self.inputs if self.inputs is not None else []
 
-        return {"profile": _profile(self.platform, self.model, make_inputs, share_only=bool(msg.get("share_only")))}
+        return {"profile": profile_candidate(self.platform, self.model, make_inputs,
+                                              share_only=bool(msg.get("share_only")))}
 
 
 _OPS = {name[3:] for name in vars(_Worker) if name.startswith("op_")}

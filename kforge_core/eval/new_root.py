@@ -1,0 +1,127 @@
+"""The new root an isolated child runs in, built by mounts from a plan (`kforge_core.eval.isolation.plan`): a tmpfs
+root, read-only binds of the allowed trees, private /tmp, /dev, /dev/shm and /proc, empty covers over hidden paths,
+then pivot_root into it. Runs in PID 1 of the new namespaces (`isolation.enter`), which holds every capability of its
+own user namespace until it drops them; nothing it mounts propagates back to the host.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+MNT_DETACH = 2
+# statvfs f_flag bits -> mount flags: a bind mount in a user namespace must keep the flags its source mount has
+# ("locked" flags), or the read-only remount fails with EPERM
+_LOCKED = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+           (getattr(os, "ST_NOATIME", 1024), MS_NOATIME), (getattr(os, "ST_NODIRATIME", 2048), MS_NODIRATIME),
+           (getattr(os, "ST_RELATIME", 4096), MS_RELATIME), (os.ST_RDONLY, MS_RDONLY))
+RECURSIVE = ("/sys",)  # bound with what is mounted inside, all read-only
+PRIVATE = ("/", "/tmp", "/dev", "/proc")  # the child's own; never bound from the host
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers
+
+
+def check(rc: int, what: str) -> None:
+    """Raise OSError with errno's message for a libc call that returned non-zero."""
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def _mount(libc, source, target, fstype, flags, data=None) -> None:
+    check(libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
+                     data and data.encode()), f"mount {source} on {target}")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+def _readonly_tree(libc, target: str) -> None:
+    """Make a recursive bind read-only with everything mounted under it (mount_setattr, Linux 5.12+): /sys holds
+    the cgroup file systems, whose files the host's root owns and could otherwise write."""
+    attr = _MountAttr(1 | 2 | 4, 0, 0, 0)  # MOUNT_ATTR_RDONLY | NOSUID | NODEV
+    check(libc.syscall(442, -100, target.encode(), 0x8000, ctypes.byref(attr), ctypes.sizeof(attr)),
+           f"mount_setattr {target}")  # SYS_mount_setattr(AT_FDCWD, path, AT_RECURSIVE, ...)
+
+
+def _bind(libc, source: str, target: str, rw: bool) -> None:
+    if source in RECURSIVE:  # a tree with mounts inside, which a user namespace may not split from it
+        os.makedirs(target, exist_ok=True)
+        _mount(libc, source, target, None, MS_BIND | MS_REC)
+        try:
+            _readonly_tree(libc, target)
+        except OSError:  # a kernel before 5.12: no /sys at all rather than a writable one
+            check(libc.umount2(target.encode(), MNT_DETACH), f"detach {target}")
+        return
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.exists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o600))
+    _mount(libc, source, target, None, MS_BIND)
+    locked = 0
+    try:
+        f = os.statvfs(source).f_flag
+        locked = sum(ms for st, ms in _LOCKED if f & st)
+    except OSError:
+        pass
+    # (a source mounted read-only stays read-only: its flag is among the locked ones)
+    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | locked | (0 if rw else MS_RDONLY))
+
+
+def build_root(libc, p: dict) -> None:
+    """In PID 1 of the new namespaces: the new root of plan `p` (`isolation.plan`), pivoted into; the working
+    directory is the plan's workdir."""
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates back to the host
+    root = p["root"]
+    os.makedirs(root, exist_ok=True)
+    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m")
+    for d, opts in (("/tmp", "mode=1777,size=1g"), ("/dev", "mode=0755,size=1m")):
+        os.makedirs(root + d, exist_ok=True)
+        _mount(libc, "tmpfs", root + d, "tmpfs", MS_NOSUID | (MS_NODEV if d == "/tmp" else 0), opts)
+    # by depth, so a bind inside /tmp (the workdir) lands on the private /tmp, and a hidden directory is covered
+    # before anything allowed inside it (a writable cache subdirectory) is bound on top of the cover
+    ops = [(b["target"].count("/"), 0, b) for b in p["binds"] if b["target"] not in PRIVATE]
+    ops += [(h.count("/"), 1, h) for h in p.get("hide", [])]
+    if p.get("workdir"):
+        ops.append((p["workdir"].count("/"), 0, {"source": p["workdir"], "target": p["workdir"], "rw": True}))
+    covers = []
+    for _, kind, op in sorted(ops, key=lambda o: (o[0], o[1])):
+        if kind == 0:
+            _bind(libc, op["source"], root + op["target"], op["rw"])
+        elif os.path.isdir(op):
+            os.makedirs(root + op, exist_ok=True)
+            _mount(libc, "tmpfs", root + op, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,mode=0755")
+            covers.append(root + op)  # read-only once what is allowed inside it is bound
+        elif os.path.lexists(root + op):
+            _mount(libc, "/dev/null", root + op, None, MS_BIND)
+    for cover in covers:
+        _mount(libc, None, cover, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name, target in p.get("links", {}).items():
+        if not os.path.lexists(root + name):
+            os.makedirs(os.path.dirname(root + name), exist_ok=True)
+            os.symlink(target, root + name)
+    for c in p.get("copies", []):
+        os.makedirs(os.path.dirname(root + c["target"]), exist_ok=True)
+        with open(c["source"], "rb") as src, open(root + c["target"], "wb") as dst:
+            dst.write(src.read(1 << 20))
+    for dev in p.get("devs", []):
+        _bind(libc, dev, root + dev, True)
+    os.makedirs(root + "/dev/shm", exist_ok=True)
+    _mount(libc, "tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    os.makedirs(root + "/proc", exist_ok=True)
+    _mount(libc, "proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount(libc, None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(root)
+    # pivot_root(".", "."): the old root ends up stacked under the new one and is detached right away
+    check(libc.syscall(PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
+    check(libc.umount2(b".", MNT_DETACH), "detach the old root")
+    os.chdir(p["workdir"] or "/")
