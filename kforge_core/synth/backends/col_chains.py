@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from .cexprs import flit, node_expr
+from .triton_exprs import plit, triton_expr
 from ..lower.ir import Prim
 from ..plan.plans import knode_of
 
@@ -44,12 +45,10 @@ def row_values(col) -> dict:
 
 def triton_chain(prims: list[Prim], src: str, dst: str, tag: str, aux: dict | None = None) -> list[str]:
     """Triton assignments `dst = chain(src)`, one a line (`aux`: the row values' variables)."""
-    from .triton import _plit, triton_expr  # the Triton writer imports this module's users
-
     if not prims:
         return [f"{dst} = {src}"]
     var = (lambda i: f"{tag}{i}")
-    code = _operand_code(prims, src, var, _plit, aux or {})
+    code = _operand_code(prims, src, var, plit, aux or {})
     lines = [f"{var(i)} = {triton_expr(knode_of(p, p.operands, 'E'), code)}" for i, p in enumerate(prims)]
     return lines + [f"{dst} = {var(len(prims) - 1)}"]
 
