@@ -55,7 +55,18 @@ CASES = {
                                      "affine=False)"),
     "pow": problem(forward="return torch.mean((" + " + ".join(POW_FORMS) + ") * 0.5, dim=-1)",
                    inputs="[torch.randn(4, 33)]", ctor="self.p = 2"),
+    # elementwise chains fused into column and window kernels (`plan.col_fusion`, under the fuse move): a
+    # prologue and an epilogue around a reduction, softmax, logsumexp, column scan, row scan and pool over x's
+    # channels; argmax takes a prologue only (int64 result); `x * 0.25` is read twice (no fusion into either)
+    "column_chains": problem(
+        forward="y = x * 0.25; return (torch.tanh(torch.min(x * 2.0, dim=1)[0]), "
+                "torch.sigmoid(torch.softmax(x - 1.0, dim=1)) * 3.0, "
+                "torch.relu(torch.logsumexp(torch.tanh(x), dim=1, keepdim=True)), torch.cumsum(x * 0.5, 1) + 1.0, "
+                "torch.cumsum(x[0, 0] * 0.5, -1) + 1.0, "
+                "torch.clamp(self.pool(torch.nn.functional.hardswish(x - 0.5)), -1.0, 1.0) * 2.0, "
+                "torch.argmax(x * -1.0, dim=1), torch.mean(y, dim=1) + y.sum())",
+        inputs="[torch.randn(2, 8, 6, 7)]", ctor="self.pool = nn.MaxPool2d(3, stride=2, padding=1)"),
 }
 
 # the families only writers with column kernels (C++, CUDA, Triton) write; Metal keeps them in PyTorch
-COLUMN_ONLY = {"scans", "batch_norm_train"}
+COLUMN_ONLY = {"scans", "batch_norm_train", "column_chains"}

@@ -208,7 +208,9 @@ class BuiltinGenerationAgent:
             kind = f"{k.npasses} reduction pass(es) + write pass" if k.npasses else "elementwise"
             reply.append(f"- {k.name}: {k.label} ({kind})")
         for c in plan.columns:
-            reply.append(f"- {c.kname}: {c.label} (column kernel: {c.kind})")
+            fused = ", ".join(p.label or p.fn for p in c.pre + c.post)
+            reply.append(f"- {c.kname}: {c.label} ({'window' if c.kind == 'pool' else 'column'} kernel: {c.kind}"
+                         + (f"; fused: {fused})" if fused else ")"))
         if move:
             notes += f"; move {move!r}: {MOVE_TEXT[move]}"
             reply.insert(0, f"Applied move `{move}` ({MOVE_TITLES[move]}): {MOVE_TEXT[move]}.")

@@ -33,11 +33,10 @@ def test_pooling_correct_on_gpu(target, case, optimized):
     _judge_on_gpu(target, case, POOL_CASES[case], optimized)
 
 
-def _judge_on_gpu(target: str, case: str, source: str, optimized: bool) -> None:
+def _gpu_candidate(target: str, case: str, source: str, optimized: bool):
+    """The built-in candidate for `target`, plain or with every move, with nothing kept in PyTorch."""
     from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
-    from kforge_core.eval.evaluator import EvalOptions, evaluate
     from kforge_core.platform import get_platform
-    from kforge_core.problem import load_problem
     from kforge_core.synth.schedule import Schedule, order_for
 
     if target == "triton":
@@ -49,6 +48,14 @@ def _judge_on_gpu(target: str, case: str, source: str, optimized: bool) -> None:
     res = BuiltinGenerationAgent().synthesize(source, get_platform(target).spec(), sched, case)
     assert res.program, res.error
     assert "kept in PyTorch" not in res.notes, res.notes
+    return res
+
+
+def _judge_on_gpu(target: str, case: str, source: str, optimized: bool) -> None:
+    from kforge_core.eval.evaluator import EvalOptions, evaluate
+    from kforge_core.problem import load_problem
+
+    res = _gpu_candidate(target, case, source, optimized)
     v = evaluate(load_problem(text=source, name=case), res.program, target, EvalOptions(timing=False))
     assert v.status == "correct", f"{v.status}: {v.reason}\n{v.compile_log}\n{v.log_tail}"
 
@@ -82,3 +89,28 @@ def test_batch_norm_running_stats_and_long_scans_on_gpu(target):
                 torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-3)
         for key, value in ref.state_dict().items():
             torch.testing.assert_close(new.state_dict()[key], value, rtol=1e-5, atol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("target", ["cuda", "triton"])
+@pytest.mark.parametrize("optimized", [False, True])
+def test_window_kernels_at_size_and_on_special_values_on_gpu(target, optimized):
+    """The window kernels (tests/pooling_cases.py's pools_window: KernelBench level1/42's 4x4 window at stride 1,
+    partial ceil_mode windows, count_include_pad=False, divisor_override, a fused prologue) on a larger input (a
+    grid-stride loop over more outputs than threads) and on NaN / infinities, run directly against PyTorch."""
+    from tests.pooling_cases import POOL_COMBINED
+
+    src = POOL_COMBINED["pools_window"]
+    res = _gpu_candidate(target, "pools_window", src, optimized)
+    ref_ns: dict = {}
+    exec(compile(src, "problem", "exec"), ref_ns)  # noqa: S102 - our own problem
+    cand_ns: dict = {}
+    exec(compile(res.program, "candidate", "exec"), cand_ns)  # noqa: S102 - our own synthesized program
+    ref, new = ref_ns["Model"]().cuda(), cand_ns["ModelNew"]().cuda()
+    big = torch.randn(16, 32, 257, 263, device="cuda")
+    special = torch.randn(2, 3, 11, 13, device="cuda")
+    special[0, 0, 3, 4] = float("nan")
+    special[1, 2, :4, :4] = -float("inf")
+    special[0, 1, 6, 6] = float("inf")
+    for x in (big, special):
+        for a, b in zip(ref(x), new(x)):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, equal_nan=True)

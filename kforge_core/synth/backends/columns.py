@@ -17,6 +17,8 @@ on the device (double on the CPU, float on the GPU), so overflow and underflow h
 from __future__ import annotations
 
 from ...pyast import parse_ast
+from . import pool_kernels
+from .col_chains import c_functions, c_post, c_read, c_stores
 from ..lower.colops import ColOp
 from ..schedule import Schedule
 
@@ -60,6 +62,38 @@ def kf_col_shape(shape, lo, hi, keepdim):
     return tuple(shape[:lo]) + ((1,) * (hi - lo) if keepdim else ()) + tuple(shape[hi:])
 
 
+def kf_pool_view(t, k, s, p, dil, ceil):
+    """t as a window kernel reads it (contiguous float32), its lead dims' size B as one, and the pooled dims' input
+    and output sizes (PyTorch's pooled length: with ceil_mode the last window starts inside the input or its left
+    padding)."""
+    d = len(k)
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.dim() <= d:
+        raise ValueError(f"synthesized window kernel: expects a float32 tensor of more than {d} dims")
+    t = t.contiguous()
+    L = tuple(t.shape[t.dim() - d:])
+    O = []
+    for n, kk, ss, pp, dd in zip(L, k, s, p, dil):
+        num = n + 2 * pp - dd * (kk - 1) - 1
+        o = (-(-num // ss) if ceil else num // ss) + 1
+        if ceil and (o - 1) * ss >= n + pp:
+            o -= 1
+        if o < 1:
+            raise ValueError(f"synthesized window kernel: input size {n} is too small for a window of {kk}")
+        O.append(o)
+    B = 1
+    for n in t.shape[:t.dim() - d]:
+        B *= n
+    return t, B, L, tuple(O)
+
+
+def kf_pool_rows(t, x, d):
+    """A tensor read by a window kernel's fused chains as one float32 value per row of x's (B, ...) view: t
+    broadcast to x's lead dims (size 1 along the d pooled dims), contiguous."""
+    lead = tuple(x.shape[:x.dim() - d])
+    t = torch.as_tensor(t, dtype=torch.float32, device=x.device)
+    return t.broadcast_to(lead + (1,) * d).reshape(-1).contiguous()
+
+
 def kf_bn_update(mean, var, tracked, stats, count, momentum):
     """Training-mode BatchNorm's running statistics, updated as PyTorch does; returns the batch mean."""
     with torch.no_grad():
@@ -76,7 +110,8 @@ def col_helpers_for(program: str) -> str:
     """The column helpers `program` calls (kf_col_view brings kf_col_block), in COL_HELPERS' order."""
     text = COL_HELPERS.strip()
     lines = text.splitlines()
-    want = {n for n in ("kf_col_view", "kf_col_shape", "kf_bn_update") if f"{n}(" in program}
+    want = {n for n in ("kf_col_view", "kf_col_shape", "kf_pool_view", "kf_pool_rows",
+                                       "kf_bn_update") if f"{n}(" in program}
     if "kf_col_view" in want:
         want.add("kf_col_block")
     return "\n\n\n".join("\n".join(lines[node.lineno - 1:node.end_lineno]) for node in parse_ast(text).body
@@ -103,10 +138,14 @@ def launch_lines(col: ColOp, names: dict, call: str) -> list[str]:
 
 
 def cpu_launch(col: ColOp, names: dict) -> list[str]:
+    if col.kind == "pool":
+        return pool_kernels.cpu_launch(col, names)
     return launch_lines(col, names, f"self.kf_lib.{col.kname}(xc, out, O, R, I, sO, sR, sI)")
 
 
 def cuda_launch(col: ColOp, names: dict) -> list[str]:
+    if col.kind == "pool":
+        return pool_kernels.cuda_launch(col, names)
     if col.kind == "bnstats":
         grid, block, fn = "max(1, min(R, self.kf_sms * 8))", 256, col.kname
     elif col.kind == "scan":
@@ -127,9 +166,15 @@ def cuda_launch(col: ColOp, names: dict) -> list[str]:
 # ----------------------------------------------------------------------------------------------- kernel bodies
 
 def _program(col: ColOp, gpu: bool) -> dict:
-    """The per-column program: state declarations, passes over r (statements over `v`), and the final writes.
+    """The per-column program: state declarations, passes over r (statements over `v`), and the final writes, with
+    the fused epilogue (`col.post`) applied to every value written.
     Statements use A(name) for a per-column state variable (an array slot on the CPU, a register on the GPU);
     `OUT` is where the column's value goes (reductions), `OUTR` the element at r (same-shape kinds)."""
+    prog = _base_program(col, gpu)
+    return dict(prog, passes=[c_stores(s, col) for s in prog["passes"]], final=c_stores(prog["final"], col))
+
+
+def _base_program(col: ColOp, gpu: bool) -> dict:
     sum_t = "double"
     kind, op = col.kind, col.op
     if kind == "reduce":
@@ -202,7 +247,8 @@ def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
                   f"            {acc_t} acc = {init};",
                   "            const float* xo = x + o * sO;",
                   "            float* oo = out + o * R;",
-                  f"            {r_iter} acc {sym}= ({acc_t})xo[r * sR]; oo[r] = (float)acc; }}",
+                  f"            {r_iter} acc {sym}= ({acc_t}){c_read(col, 'xo[r * sR]')}; "
+                  f"oo[r] = {c_post(col, '(float)acc')}; }}",
                   "        }", "        return;", "    }"]
     lines += ["    int64_t ch = 256;",
               "    while (ch > 16 && O * ((I + ch - 1) / ch) < 64) ch /= 2;  // enough tasks for the threads",
@@ -226,7 +272,8 @@ def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
             lines.append(f"            {cond}")
             if simd:
                 lines.append(f"                {simd}")
-            lines.append(f"                for (int64_t j = 0; j < n; ++j) {{ const float v = {load}; {body} }}")
+            lines.append(f"                for (int64_t j = 0; j < n; ++j) {{ const float v = {c_read(col, load)}; "
+                         f"{body} }}")
         lines += ["            }", "        }"]
     if prog["final"]:
         fin = _expand(prog["final"], True).replace("OUT", "out[o * I + i0 + j]")
@@ -290,7 +337,8 @@ def cpu_source(cols: list[ColOp], sched: Schedule) -> str:
         return ""
     parts = ["static inline bool kf_isinf(float v) { return v == INFINITY || v == -INFINITY; }"]
     for col in cols:
-        parts.append("\n".join(_cpu_bnstats(col, sched) if col.kind == "bnstats" else _cpu_column(col, sched)))
+        write = {"bnstats": _cpu_bnstats, "pool": pool_kernels.cpu_pool}.get(col.kind, _cpu_column)
+        parts.append("\n".join(c_functions(col, "static inline") + write(col, sched)))
     return "\n".join(parts) + "\n"
 
 
@@ -310,7 +358,7 @@ def _cuda_column(col: ColOp) -> list[str]:
     r_loop = _r_loop("long long", col.reverse, " ")
     for stmt in prog["passes"]:
         body = _expand(stmt, False).replace("OUTR", "out[(o * R + r) * I + i]")
-        lines.append(f"        {r_loop} const float v = xo[r * sR]; {body} }}")
+        lines.append(f"        {r_loop} const float v = {c_read(col, 'xo[r * sR]')}; {body} }}")
     if prog["final"]:
         lines.append("        " + _expand(prog["final"], False).replace("OUT", "out[t]"))
     lines += ["    }", "}"]
@@ -332,13 +380,13 @@ def _cuda_row_scan(col: ColOp) -> list[str]:
             "        for (long long r0 = 0; r0 < R; r0 += 32) {",
             "            const bool ok = r0 + lane < R;",
             f"            const long long r = {r};",
-            f"            float v = ok ? x[o * sO + r * sR] : {ident};",
+            f"            float v = ok ? {c_read(col, 'x[o * sO + r * sR]')} : {ident};",
             "            for (int d = 1; d < 32; d <<= 1) {",
             "                const float u = __shfl_up_sync(0xffffffffu, v, d);",
             f"                if (lane >= d) v = u {sym} v;",
             "            }",
             f"            v = carry {sym} v;",
-            "            if (ok) out[o * R + r] = v;",
+            f"            if (ok) out[o * R + r] = {c_post(col, 'v')};",
             "            carry = __shfl_sync(0xffffffffu, v, 31);",
             "        }", "    }", "}"]
 
@@ -378,5 +426,6 @@ def cuda_source(cols: list[ColOp]) -> str:
         return ""
     parts = ["__device__ __forceinline__ bool kf_isinf(float v) { return isinf(v); }"]
     for col in cols:
-        parts.append("\n".join(_cuda_bnstats(col) if col.kind == "bnstats" else _cuda_column(col)))
+        write = {"bnstats": _cuda_bnstats, "pool": pool_kernels.cuda_pool}.get(col.kind, _cuda_column)
+        parts.append("\n".join(c_functions(col, "__device__ __forceinline__") + write(col)))
     return "\n".join(parts) + "\n"

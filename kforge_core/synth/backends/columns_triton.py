@@ -9,6 +9,8 @@ PyTorch does on the GPU).
 from __future__ import annotations
 
 from ..lower.colops import ColOp
+from . import pool_kernels
+from .col_chains import triton_chain, triton_stores
 from .columns import launch_lines
 
 BLOCK = 128
@@ -54,6 +56,7 @@ def _state_and_passes(col: ColOp) -> tuple[list[str], list[list[str]], list[str]
 
 def _column(col: ColOp) -> list[str]:
     state, passes, final = _state_and_passes(col)
+    passes, final = [triton_stores(p, col.post) for p in passes], triton_stores(final, col.post)
     rr = "R - 1 - r" if col.reverse else "r"
     lines = ["@triton.jit",
              f"def {col.kname}(x, out, O, R, I, sO, sR, sI, BLOCK: tl.constexpr):",
@@ -66,8 +69,12 @@ def _column(col: ColOp) -> list[str]:
              "    xo = x + o * sO + offs * sI"]
     lines += ["    " + s for s in state]
     for stmts in passes:
-        lines += ["    for r in range(0, R):", f"        rr = {rr}",
-                  "        v = tl.load(xo + rr * sR, mask=mask, other=0.0)"]
+        lines += ["    for r in range(0, R):", f"        rr = {rr}"]
+        if col.pre:
+            lines.append("        u = tl.load(xo + rr * sR, mask=mask, other=0.0)")
+            lines += ["        " + s for s in triton_chain(col.pre, "u", "v", "pre")]
+        else:
+            lines.append("        v = tl.load(xo + rr * sR, mask=mask, other=0.0)")
         lines += ["        " + s.replace("STOREROW(", "tl.store(out + (o * R + rr) * I + offs, ") for s in stmts]
     for s in final:
         lines.append("    " + s.replace("STORE(", "tl.store(out + o * I + offs, "))
@@ -89,20 +96,27 @@ def _row_scan(col: ColOp) -> list[str]:
     ident = "0.0" if col.op == "sum" else "1.0"
     sym = "+" if col.op == "sum" else "*"
     r = "R - 1 - idx" if col.reverse else "idx"
-    return ["@triton.jit",
-            f"def {col.kname}_rows(x, out, O, R, sO, sR, BLOCK: tl.constexpr):",
-            f"    # {col.label}: row scan along the last dim, a program a row, BLOCK elements at a time",
-            "    o = tl.program_id(0).to(tl.int64)",
-            f"    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float32), 0) + {ident}",
-            "    for r0 in range(0, R, BLOCK):",
-            "        idx = r0 + tl.arange(0, BLOCK)",
-            "        ok = idx < R",
-            f"        r = {r}",
-            f"        v = tl.load(x + o * sO + r * sR, mask=ok, other={ident})",
-            f"        c = carry {sym} {fn}(v, 0)",
-            "        tl.store(out + o * R + r, c, mask=ok)",
-            "        last = tl.minimum(R - r0, BLOCK) - 1",
-            "        carry = tl.sum(tl.where(tl.arange(0, BLOCK) == last, c, 0.0), 0)"]
+    lines = ["@triton.jit",
+             f"def {col.kname}_rows(x, out, O, R, sO, sR, BLOCK: tl.constexpr):",
+             f"    # {col.label}: row scan along the last dim, a program a row, BLOCK elements at a time",
+             "    o = tl.program_id(0).to(tl.int64)",
+             f"    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float32), 0) + {ident}",
+             "    for r0 in range(0, R, BLOCK):",
+             "        idx = r0 + tl.arange(0, BLOCK)",
+             "        ok = idx < R",
+             f"        r = {r}"]
+    if col.pre:
+        lines.append("        u = tl.load(x + o * sO + r * sR, mask=ok, other=0.0)")
+        lines += ["        " + s for s in triton_chain(col.pre, "u", "p", "pre")]
+        lines.append(f"        v = tl.where(ok, p, {ident})")  # lanes past the row stay the scan's identity
+    else:
+        lines.append(f"        v = tl.load(x + o * sO + r * sR, mask=ok, other={ident})")
+    lines.append(f"        c = carry {sym} {fn}(v, 0)")
+    if col.post:
+        lines += ["        " + s for s in triton_chain(col.post, "c", "y", "post")]
+    return lines + [f"        tl.store(out + o * R + r, {'y' if col.post else 'c'}, mask=ok)",
+                    "        last = tl.minimum(R - r0, BLOCK) - 1",
+                    "        carry = tl.sum(tl.where(tl.arange(0, BLOCK) == last, c, 0.0), 0)"]
 
 
 def _bnstats(col: ColOp) -> list[str]:
@@ -125,10 +139,13 @@ def _bnstats(col: ColOp) -> list[str]:
 
 
 def triton_source(cols: list[ColOp]) -> str:
-    return "\n\n".join("\n".join(_bnstats(c) if c.kind == "bnstats" else _column(c)) for c in cols)
+    writers = {"bnstats": _bnstats, "pool": pool_kernels.triton_pool}
+    return "\n\n".join("\n".join(writers.get(c.kind, _column)(c)) for c in cols)
 
 
 def triton_launch(col: ColOp, names: dict) -> list[str]:
+    if col.kind == "pool":
+        return pool_kernels.triton_launch(col, names)
     if col.kind == "bnstats":
         call = f"{col.kname}[(max(1, R),)](xc, out, O, R, I, sO, sR, sI, BLOCK={ROW_BLOCK})"
     else:

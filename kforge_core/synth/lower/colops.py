@@ -14,7 +14,7 @@ two passes) feeding the usual per-channel elementwise chain; the running statist
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 
 from .args import Arg
@@ -28,7 +28,7 @@ BN_MODULES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 class ColOp(Py):
     """One column kernel: its input `x` (a value name) viewed as (O, R, I) with R the dims [lo, hi)."""
 
-    kind: str = ""  # reduce | softmax | log_softmax | logsumexp | argmax | argmin | scan | bnstats
+    kind: str = ""  # reduce | softmax | log_softmax | logsumexp | argmax | argmin | scan | bnstats | pool
     op: str = ""  # reduce: sum | mean | max | min; scan: sum | prod
     x: str = ""
     lo: int = 0
@@ -36,6 +36,16 @@ class ColOp(Py):
     keepdim: bool = False
     reverse: bool = False  # a scan from the end of the dim (cumsum of a flip, flipped back)
     kname: str = ""  # the kernel's name in the source, set by the plan (kf_c0, kf_c1, ...)
+    # pool: the window (`lower.pooling`): {"op": max|avg, "k", "s", "p", "dil": per pooled dim, "ceil",
+    # "include_pad", "divisor"}; x is (lead..., pooled dims), the pooled dims the last len(k)
+    pool: dict | None = None
+    # elementwise primitives fused into the kernel (`plan.col_fusion`): `pre` applied to every element read, in
+    # order (the first reads x), `post` to every value written (the first reads the kernel's own result)
+    pre: list = field(default_factory=list)
+    post: list = field(default_factory=list)
+    # tensors the chains read besides the chain value, one value per row of a window kernel's (B, ...) view (its
+    # lead dims as one): a per-channel bias, a 0-d scale
+    aux: list = field(default_factory=list)
 
     @property
     def out_dtype(self) -> str:

@@ -1,21 +1,20 @@
-"""Pooling (MaxPool / AvgPool / AdaptiveAvgPool / AdaptiveMaxPool, 1d to 3d, module or functional) as a row
-reduction over a window view: the input (padded first when the pool pads) is unfolded into one window per output
-element along the trailing dims -- `x.unfold(dim, span, stride)` per pooled dim, a view, then `[..., ::dilation]`
-for dilated windows -- and a `max` / `mean` row kernel reduces each window. The backends need nothing of their own:
-the window view is layout glue, the reduction is the row kernels' own (so an epilogue after the pool fuses into it).
+"""Pooling (MaxPool / AvgPool / AdaptiveAvgPool / AdaptiveMaxPool, 1d to 3d, module or functional).
 
-What this covers, and what stays in PyTorch (with the reason):
-- max: any kernel size, stride, dilation; padding through a -inf `F.pad` copy (max ignores padded cells);
-- avg: any kernel size and stride; padding only with `count_include_pad=True` (the default: padded zeros count in
-  the mean, which is what a mean over the zero-padded window computes); no `divisor_override`;
-- adaptive: output 1 along every pooled dim (a plain mean / max over them, no window view), or an input that is a
-  whole multiple of the output (windows of one size: a pool with kernel = stride = input / output);
-- `ceil_mode=True` only where it gives the same output size as floor mode (otherwise the last window is partial);
-- `return_indices=True` stays in PyTorch (an int64 output of indexes into the input);
-- windows that overlap so much that the kernel's read of the view (one contiguous copy of it, see
-  rowops._to_trailing) would exceed MAX_BLOWUP times the input stay in PyTorch: a dedicated windowed kernel that
-  reads the input in place is not written yet. Every supported pool with overlapping windows or padding adds a
-  "likely slower than eager" note: it reads a copy, where PyTorch's pooling reads the input once.
+On a writer with column kernels (C++, CUDA, Triton) a windowed pool is one window kernel (`ColOp` of kind "pool",
+written by `backends/pool_kernels`): each output element reads its window of the input in place -- any kernel
+size, stride, padding and dilation, `ceil_mode` (partial last windows), avg's `count_include_pad` and
+`divisor_override` -- so nothing is copied first. Global pooling (adaptive to output 1) is a row reduction over the
+pooled dims; adaptive pooling whose input is a whole multiple of its output is a window kernel with kernel = stride.
+
+A writer without column kernels (Metal) keeps the row reduction over a window view: the input (padded first when
+the pool pads: -inf for max, zeros for avg) unfolded into one window per output element -- `x.unfold(dim, span,
+stride)` per pooled dim, then `[..., ::dilation]` -- and a `max` / `mean` row kernel reducing each window. There
+`ceil_mode` with a partial window, `count_include_pad=False` with padding, `divisor_override`, and windows that
+overlap so much that the view's copy would exceed MAX_BLOWUP times the input stay in PyTorch; the others add a
+"likely slower than eager" note when they read a copy.
+
+Everywhere: `return_indices=True` stays in PyTorch (an int64 output of indexes into the input), and so does
+adaptive pooling with windows of unequal sizes.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ import re
 from math import prod
 
 from .args import Arg
+from .colops import ColOp
 from .ir import FLOAT, Py, Unsupported, Value, contig_strides
 from .rowops import SLOW_NOTE
 
@@ -127,22 +127,39 @@ class PoolingLowering:
             pad = _tuple(b.get("padding", 0), d, "padding")
             dil = _tuple(b.get("dilation", 1), d, "dilation") if kind == "max" else (1,) * d
             ceil = bool(b.get("ceil_mode", False))
-            if kind == "avg" and b.get("divisor_override") is not None:
-                raise Unsupported("divisor_override: the mean divides by the window size")
-            if kind == "avg" and any(pad) and b.get("count_include_pad", True) is False:
-                raise Unsupported("count_include_pad=False with padding: the divisor varies at the borders")
-            if ceil and any(out_size(L, *a, True) != out_size(L, *a, False)
-                            for L, a in zip(spatial, zip(k, stride, pad, dil))):
-                raise Unsupported("ceil_mode=True that adds a partial window at the end")
-        want_shape = tuple(xv.shape[:-d]) + tuple(out_size(L, *a, False) for L, a in
+        include_pad = bool(b.get("count_include_pad", True))
+        divisor = b.get("divisor_override") if kind == "avg" else None
+        want_shape = tuple(xv.shape[:-d]) + tuple(out_size(L, *a, ceil) for L, a in
                                                   zip(spatial, zip(k, stride, pad, dil)))
         if out.shape != want_shape:
             raise Unsupported(f"unexpected {label} shape {out.shape} (expected {want_shape})")
+        if self.columns:
+            # the window kernel: every variant above, each output reading its window in place
+            win = {"op": red if red == "max" else "avg", "k": k, "s": stride, "p": pad, "dil": dil, "ceil": ceil,
+                   "include_pad": include_pad, "divisor": None if divisor is None else int(divisor)}
+            self.items.append(ColOp(name, "", [x[1]], out, "colk", name, label=label, kind="pool", x=x[1],
+                                    lo=len(xv.shape) - d, hi=len(xv.shape), pool=win))
+            self.counted[name] = "kernel"
+            return
+        self._window_view_pool(name, label, red, x, xv, k, stride, pad, dil, ceil, include_pad, divisor)
+
+    def _window_view_pool(self, name: str, label: str, red: str, x: tuple, xv: Value, k: tuple, stride: tuple,
+                          pad: tuple, dil: tuple, ceil: bool, include_pad: bool, divisor) -> None:
+        """A writer without column kernels: a row reduction over a window view (copies, with the limits above)."""
+        d = len(k)
+        spatial = tuple(xv.shape[-d:])
+        if divisor is not None:
+            raise Unsupported("divisor_override: the mean divides by the window size")
+        if red == "mean" and any(pad) and not include_pad:
+            raise Unsupported("count_include_pad=False with padding: the divisor varies at the borders")
+        if ceil and any(out_size(L, *a, True) != out_size(L, *a, False)
+                        for L, a in zip(spatial, zip(k, stride, pad, dil))):
+            raise Unsupported("ceil_mode=True that adds a partial window at the end")
         blowup = prod(kk / min(ss, kk) for kk, ss in zip(k, stride))  # window elements per input element
         if blowup > MAX_BLOWUP:
             raise Unsupported(f"overlapping windows ({'x'.join(map(str, k))} at stride {'x'.join(map(str, stride))})"
-                              f" would be read through a {blowup:g}x copy of the input; a windowed kernel reading "
-                              f"the input in place is not written yet")
+                              f" would be read through a {blowup:g}x copy of the input; this target's writer has no "
+                              f"window kernel reading the input in place")
         src, sv = x, xv
         if any(pad):
             src, sv = self._pool_padded(x, xv, pad, red, name)

@@ -8,7 +8,8 @@ then a final pass that writes its element-level outputs.
 
 Unfused (`fuse=False`): one kernel per traced node (a composite such as softmax is still one kernel).
 Fused: greedy, in topological order, a primitive joins the kernel(s) of its producers when the row spaces agree
-and merging creates no cycle; kernels are emitted in a topological order of the units.
+and merging creates no cycle; kernels are emitted in a topological order of the units. Before that, elementwise
+chains around column and window kernels are moved into them (`col_fusion`).
 
 This module drives the parts: `grouping` (which primitives share a kernel), `planning` (a group as a `KernelPlan`;
 with `cat_pieces` for concatenations and `rowspace` for the shape arithmetic) and `plans` (the plan data types,
@@ -20,12 +21,15 @@ from __future__ import annotations
 
 from ..lower.colops import ColOp
 from ..lower.graph import FLOAT, Lowered, Py
+from .col_fusion import fuse_column_chains
 from .grouping import Grouper
 from .planning import plan_kernel, plan_problems
 from .plans import KernelPlan, KNode, KOut, ProgramPlan, Slot
 
 
 def build_plan(low: Lowered, fuse: bool) -> ProgramPlan:
+    if fuse:  # elementwise chains around column and window kernels go into them
+        low = fuse_column_chains(low)
     isolate: set = set()
     for _ in range(64):
         grouper = Grouper(low, fuse, isolate)
