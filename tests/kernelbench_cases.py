@@ -66,7 +66,18 @@ CASES = {
                 "torch.clamp(self.pool(torch.nn.functional.hardswish(x - 0.5)), -1.0, 1.0) * 2.0, "
                 "torch.argmax(x * -1.0, dim=1), torch.mean(y, dim=1) + y.sum())",
         inputs="[torch.randn(2, 8, 6, 7)]", ctor="self.pool = nn.MaxPool2d(3, stride=2, padding=1)"),
+    # per-channel (and per-sample, per-position) tensors around column kernels, fused as row values: a sum over the
+    # channels after x * scale + bias (KernelBench level 2's conv / scale / channel sum), softmax over the channels
+    # with a bias before and a scale after, a column scan, a row scan reading a tensor along its own dim, a max
+    # over the channels of x times a per-sample value, an argmax
+    "column_rows": problem(
+        forward="return (torch.tanh(torch.sum(x * self.s + self.b, dim=1)), torch.softmax(x + self.b, dim=1) * self.s, "
+                "torch.cumsum(x * self.b, 1) - self.s, torch.cumsum(x * self.w, -1) + self.w, "
+                "torch.amax(x * self.n, dim=1), torch.argmax(x - self.b, dim=1))",
+        inputs="[torch.randn(2, 8, 6, 7)]",
+        ctor="self.s = nn.Parameter(torch.rand(8, 1, 1) + 0.5); self.b = nn.Parameter(torch.randn(8, 1, 1)); "
+             "self.w = nn.Parameter(torch.randn(7)); self.n = nn.Parameter(torch.randn(2, 1, 1, 1))"),
 }
 
 # the families only writers with column kernels (C++, CUDA, Triton) write; Metal keeps them in PyTorch
-COLUMN_ONLY = {"scans", "batch_norm_train", "column_chains"}
+COLUMN_ONLY = {"scans", "batch_norm_train", "column_chains", "column_rows"}

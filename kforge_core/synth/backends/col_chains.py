@@ -56,17 +56,49 @@ def triton_chain(prims: list[Prim], src: str, dst: str, tag: str, aux: dict | No
 _C_STORE = re.compile(r"\b(OUTR|OUT) = ([^;]+);")
 
 
+def _chain_rows(col, which: str) -> dict:
+    """The row values one of the kernel's chains reads (a reduction's epilogue reads none: its row is gone)."""
+    prims = col.pre if which == "pre" else col.post
+    read = {o[1] for p in prims for o in p.operands if o[0] == "v"}
+    return {a: v for a, v in row_values(col).items() if a in read}
+
+
 def c_functions(col, qual: str) -> list[str]:
-    """The C-family functions `<kernel>_pre(float)` / `<kernel>_post(float)` of a kernel's fused chains (`qual`:
-    the dialect's helper qualifiers), to be written before the kernel; none for an empty chain."""
-    rows = row_values(col)
-    params = "".join(f", float {v}" for v in rows.values())
-    return [f"{qual} float {col.kname}_{which}(float u{params}) {{ {_c_chain(prims, 'u', 'y', 't', rows)} "
-            "return y; }" for which, prims in (("pre", col.pre), ("post", col.post)) if prims]
+    """The C-family functions `<kernel>_pre(float, rows...)` / `<kernel>_post(float, rows...)` of a kernel's fused
+    chains (`qual`: the dialect's helper qualifiers), to be written before the kernel; none for an empty chain."""
+    out = []
+    for which, prims in (("pre", col.pre), ("post", col.post)):
+        if prims:
+            rows = _chain_rows(col, which)
+            params = "".join(f", float {v}" for v in rows.values())
+            out.append(f"{qual} float {col.kname}_{which}(float u{params}) {{ {_c_chain(prims, 'u', 'y', 't', rows)} "
+                       "return y; }")
+    return out
+
+
+def row_args(col) -> str:
+    """The row values' arrays as the launch passes them, before the sizes ("a0, a1, ")."""
+    return "".join(f"a{i}, " for i in range(len(col.aux)))
+
+
+def row_arrays(col, names: dict, x: str, d: str) -> list[str]:
+    """Launch lines making each row value's array a0, ... (`kf_pool_rows`): one float per row of tensor `x`, whose
+    last `d` dims (an expression) the rows do not vary along."""
+    return [f"a{i} = kf_pool_rows({names[a]}, {x}, {d})" for i, a in enumerate(col.aux)]
+
+
+def c_row_params(col, restrict: str = "") -> list[str]:
+    """A C-family kernel's parameters for the row values' arrays."""
+    return [f"const float*{restrict} a{i}" for i in range(len(col.aux))]
+
+
+def c_row_loads(col, index: str, indent: str = "") -> list[str]:
+    """Statements loading the row values of row `index` into av0, ... (kernel parameters a0, ...)."""
+    return [f"{indent}const float {v} = a{i}[{index}];" for i, v in enumerate(row_values(col).values())]
 
 
 def _c_call(col, which: str, arg: str) -> str:
-    return f"{col.kname}_{which}({arg}{''.join(', ' + v for v in row_values(col).values())})"
+    return f"{col.kname}_{which}({arg}{''.join(', ' + v for v in _chain_rows(col, which).values())})"
 
 
 def c_read(col, ref: str) -> str:
@@ -86,9 +118,9 @@ def c_stores(stmt: str, col) -> str:
     return _C_STORE.sub(lambda m: f"{m.group(1)} = {c_post(col, m.group(2))};", stmt)
 
 
-def triton_stores(stmts: list[str], post: list[Prim]) -> list[str]:
+def triton_stores(stmts: list[str], post: list[Prim], aux: dict | None = None) -> list[str]:
     """A Triton column program's statements with `post` applied to each value stored (`STORE(e)` / `STOREROW(e)`,
-    each a statement of its own)."""
+    each a statement of its own; `aux`: the row values' variables)."""
     if not post:
         return stmts
     out = []
@@ -97,5 +129,5 @@ def triton_stores(stmts: list[str], post: list[Prim]) -> list[str]:
         if m is None:
             out.append(s)
             continue
-        out += [f"kf_r = {m.group(2)}"] + triton_chain(post, "kf_r", "kf_y", "post") + [f"{m.group(1)}(kf_y)"]
+        out += [f"kf_r = {m.group(2)}"] + triton_chain(post, "kf_r", "kf_y", "post", aux) + [f"{m.group(1)}(kf_y)"]
     return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ...pyast import parse_ast
 from . import pool_kernels
-from .col_chains import c_functions, c_post, c_read, c_stores
+from .col_chains import c_functions, c_post, c_read, c_row_loads, c_row_params, c_stores, row_args, row_arrays
 from ..lower.colops import ColOp
 from ..schedule import Schedule
 
@@ -87,8 +87,8 @@ def kf_pool_view(t, k, s, p, dil, ceil):
 
 
 def kf_pool_rows(t, x, d):
-    """A tensor read by a window kernel's fused chains as one float32 value per row of x's (B, ...) view: t
-    broadcast to x's lead dims (size 1 along the d pooled dims), contiguous."""
+    """A tensor read by a window or column kernel's fused chains as one float32 value per row of x: t broadcast to
+    x's dims but the last d (size 1 along those: pooled, or after the reduced ones), contiguous."""
     lead = tuple(x.shape[:x.dim() - d])
     t = torch.as_tensor(t, dtype=torch.float32, device=x.device)
     return t.broadcast_to(lead + (1,) * d).reshape(-1).contiguous()
@@ -131,6 +131,7 @@ def launch_lines(col: ColOp, names: dict, call: str) -> list[str]:
     x = names[col.x]
     lines = [f"# {col.kname}: {col.label} (column kernel)",
              f"xc, O, R, I, sO, sR, sI = kf_col_view({x}, {col.lo}, {col.hi})"]
+    lines += row_arrays(col, names, x, f"{x}.dim() - {col.hi}")  # one value per (o, r)
     lines += out_lines(col, x)
     lines.append(call)
     lines.append(f"{names[col.name]} = out")
@@ -140,7 +141,7 @@ def launch_lines(col: ColOp, names: dict, call: str) -> list[str]:
 def cpu_launch(col: ColOp, names: dict) -> list[str]:
     if col.kind == "pool":
         return pool_kernels.cpu_launch(col, names)
-    return launch_lines(col, names, f"self.kf_lib.{col.kname}(xc, out, O, R, I, sO, sR, sI)")
+    return launch_lines(col, names, f"self.kf_lib.{col.kname}(xc, out, {row_args(col)}O, R, I, sO, sR, sI)")
 
 
 def cuda_launch(col: ColOp, names: dict) -> list[str]:
@@ -153,14 +154,14 @@ def cuda_launch(col: ColOp, names: dict) -> list[str]:
         return launch_lines(col, names, "\n".join([
             "if I == 1:",
             f"    self.kf_mod.{col.kname}_rows(grid=(max(1, min((O + 7) // 8, self.kf_sms * 16)),), block=(256,), "
-            "args=(xc, out, O, R, sO, sR))",
+            f"args=(xc, out, {row_args(col)}O, R, sO, sR))",
             "else:",
             f"    self.kf_mod.{col.kname}(grid=(max(1, min((O * I + 255) // 256, self.kf_sms * 16)),), "
-            "block=(256,), args=(xc, out, O, R, I, sO, sR, sI))"]))
+            f"block=(256,), args=(xc, out, {row_args(col)}O, R, I, sO, sR, sI))"]))
     else:
         grid, block, fn = "max(1, min((O * I + 255) // 256, self.kf_sms * 16))", 256, col.kname
     return launch_lines(col, names, f"self.kf_mod.{fn}(grid=({grid},), block=({block},), "
-                                    f"args=(xc, out, O, R, I, sO, sR, sI))")
+                                    f"args=(xc, out, {row_args(col)}O, R, I, sO, sR, sI))")
 
 
 # ----------------------------------------------------------------------------------------------- kernel bodies
@@ -233,8 +234,8 @@ def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
     prog = _program(col, gpu=False)
     simd = "#pragma omp simd" if sched.vectorize else ""
     lines = [f"// {col.label}: column kernel ({col.kind}) over x viewed as (O, R, I), a lane an output column",
-             f'extern "C" void {col.kname}(const float* x, {_out_t(col, False)}* out, int64_t O, int64_t R, '
-             f"int64_t I, int64_t sO, int64_t sR, int64_t sI) {{"]
+             f'extern "C" void {col.kname}(const float* x, {_out_t(col, False)}* out, {_rows(col)}int64_t O, '
+             f"int64_t R, int64_t I, int64_t sO, int64_t sR, int64_t sI) {{"]
     if col.kind == "scan":
         # along the last dim: one row a lane, the row in order
         lines += ["    if (I == 1) {"]
@@ -247,7 +248,7 @@ def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
                   f"            {acc_t} acc = {init};",
                   "            const float* xo = x + o * sO;",
                   "            float* oo = out + o * R;",
-                  f"            {r_iter} acc {sym}= ({acc_t}){c_read(col, 'xo[r * sR]')}; "
+                  f"            {r_iter} {_loads(col)}acc {sym}= ({acc_t}){c_read(col, 'xo[r * sR]')}; "
                   f"oo[r] = {c_post(col, '(float)acc')}; }}",
                   "        }", "        return;", "    }"]
     lines += ["    int64_t ch = 256;",
@@ -268,6 +269,7 @@ def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
         body = _expand(stmt, True).replace("OUTR", "out[(o * R + r) * I + i0 + j]")
         lines.append(f"        {r_loop}")
         lines.append("            const float* xr = xo + r * sR;")
+        lines += c_row_loads(col, "o * R + r", "            ")
         for cond, load in (("if (sI == 1) {", "xr[j]"), ("} else {", "xr[j * sI]")):
             lines.append(f"            {cond}")
             if simd:
@@ -325,6 +327,16 @@ def _cpu_bnstats(col: ColOp, sched: Schedule) -> list[str]:
             ["        out[c] = (float)mean;", "        out[R + c] = (float)(s / cnt);", "    }", "}"])
 
 
+def _rows(col: ColOp, restrict: str = "") -> str:
+    """The row values' array parameters of a column kernel, before its sizes."""
+    return "".join(p + ", " for p in c_row_params(col, restrict))
+
+
+def _loads(col: ColOp) -> str:
+    """The row values of the column's element (o, r), on the line that reads it."""
+    return "".join(s + " " for s in c_row_loads(col, "o * R + r"))
+
+
 def _out_t(col: ColOp, gpu: bool) -> str:
     if col.out_dtype == "int64":
         return "long long" if gpu else "int64_t"
@@ -348,7 +360,8 @@ def _cuda_column(col: ColOp) -> list[str]:
     prog = _program(col, gpu=True)
     lines = [f"// {col.label}: column kernel ({col.kind}), a thread an output column (coalesced over i)",
              f'extern "C" __global__ void {col.kname}(const float* __restrict__ x, {_out_t(col, True)}* '
-             "__restrict__ out, long long O, long long R, long long I, long long sO, long long sR, long long sI) {",
+             f"__restrict__ out, {_rows(col, ' __restrict__')}long long O, long long R, long long I, long long sO, "
+             "long long sR, long long sI) {",
              "    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < O * I; "
              "t += (long long)gridDim.x * blockDim.x) {",
              "        const long long o = t / I, i = t - o * I;",
@@ -358,7 +371,7 @@ def _cuda_column(col: ColOp) -> list[str]:
     r_loop = _r_loop("long long", col.reverse, " ")
     for stmt in prog["passes"]:
         body = _expand(stmt, False).replace("OUTR", "out[(o * R + r) * I + i]")
-        lines.append(f"        {r_loop} const float v = {c_read(col, 'xo[r * sR]')}; {body} }}")
+        lines.append(f"        {r_loop} {_loads(col)}const float v = {c_read(col, 'xo[r * sR]')}; {body} }}")
     if prog["final"]:
         lines.append("        " + _expand(prog["final"], False).replace("OUT", "out[t]"))
     lines += ["    }", "}"]
@@ -372,7 +385,7 @@ def _cuda_row_scan(col: ColOp) -> list[str]:
     r = "R - 1 - (r0 + lane)" if col.reverse else "r0 + lane"
     return [f"// {col.label}: row scan along the last dim, a warp a row (shuffle scans of 32 elements, a carry)",
             f'extern "C" __global__ void {col.kname}_rows(const float* __restrict__ x, float* __restrict__ out, '
-            "long long O, long long R, long long sO, long long sR) {",
+            f"{_rows(col, ' __restrict__')}long long O, long long R, long long sO, long long sR) {{",
             "    const int lane = threadIdx.x & 31;",
             "    const long long per = blockDim.x >> 5;",
             "    for (long long o = blockIdx.x * per + (threadIdx.x >> 5); o < O; o += (long long)gridDim.x * per) {",
@@ -380,6 +393,7 @@ def _cuda_row_scan(col: ColOp) -> list[str]:
             "        for (long long r0 = 0; r0 < R; r0 += 32) {",
             "            const bool ok = r0 + lane < R;",
             f"            const long long r = {r};",
+            *c_row_loads(col, "ok ? o * R + r : 0", "            "),
             f"            float v = ok ? {c_read(col, 'x[o * sO + r * sR]')} : {ident};",
             "            for (int d = 1; d < 32; d <<= 1) {",
             "                const float u = __shfl_up_sync(0xffffffffu, v, d);",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..lower.colops import ColOp
 from . import pool_kernels
-from .col_chains import triton_chain, triton_stores
+from .col_chains import row_args, row_values, triton_chain, triton_stores
 from .columns import launch_lines
 
 BLOCK = 128
@@ -56,10 +56,11 @@ def _state_and_passes(col: ColOp) -> tuple[list[str], list[list[str]], list[str]
 
 def _column(col: ColOp) -> list[str]:
     state, passes, final = _state_and_passes(col)
-    passes, final = [triton_stores(p, col.post) for p in passes], triton_stores(final, col.post)
+    rows = row_values(col)
+    passes, final = [triton_stores(p, col.post, rows) for p in passes], triton_stores(final, col.post, rows)
     rr = "R - 1 - r" if col.reverse else "r"
     lines = ["@triton.jit",
-             f"def {col.kname}(x, out, O, R, I, sO, sR, sI, BLOCK: tl.constexpr):",
+             f"def {col.kname}(x, out, {row_args(col)}O, R, I, sO, sR, sI, BLOCK: tl.constexpr):",
              f"    # {col.label}: column kernel ({col.kind}), a lane an output column",
              "    pid = tl.program_id(0).to(tl.int64)",
              "    nb = tl.cdiv(I, BLOCK)",
@@ -70,9 +71,10 @@ def _column(col: ColOp) -> list[str]:
     lines += ["    " + s for s in state]
     for stmts in passes:
         lines += ["    for r in range(0, R):", f"        rr = {rr}"]
+        lines += [f"        {v} = tl.load(a{i} + o * R + rr)" for i, v in enumerate(rows.values())]
         if col.pre:
             lines.append("        u = tl.load(xo + rr * sR, mask=mask, other=0.0)")
-            lines += ["        " + s for s in triton_chain(col.pre, "u", "v", "pre")]
+            lines += ["        " + s for s in triton_chain(col.pre, "u", "v", "pre", rows)]
         else:
             lines.append("        v = tl.load(xo + rr * sR, mask=mask, other=0.0)")
         lines += ["        " + s.replace("STOREROW(", "tl.store(out + (o * R + rr) * I + offs, ") for s in stmts]
@@ -97,7 +99,7 @@ def _row_scan(col: ColOp) -> list[str]:
     sym = "+" if col.op == "sum" else "*"
     r = "R - 1 - idx" if col.reverse else "idx"
     lines = ["@triton.jit",
-             f"def {col.kname}_rows(x, out, O, R, sO, sR, BLOCK: tl.constexpr):",
+             f"def {col.kname}_rows(x, out, {row_args(col)}O, R, sO, sR, BLOCK: tl.constexpr):",
              f"    # {col.label}: row scan along the last dim, a program a row, BLOCK elements at a time",
              "    o = tl.program_id(0).to(tl.int64)",
              f"    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.float32), 0) + {ident}",
@@ -105,15 +107,17 @@ def _row_scan(col: ColOp) -> list[str]:
              "        idx = r0 + tl.arange(0, BLOCK)",
              "        ok = idx < R",
              f"        r = {r}"]
+    rows = row_values(col)
+    lines += [f"        {v} = tl.load(a{i} + o * R + r, mask=ok, other=0.0)" for i, v in enumerate(rows.values())]
     if col.pre:
         lines.append("        u = tl.load(x + o * sO + r * sR, mask=ok, other=0.0)")
-        lines += ["        " + s for s in triton_chain(col.pre, "u", "p", "pre")]
+        lines += ["        " + s for s in triton_chain(col.pre, "u", "p", "pre", rows)]
         lines.append(f"        v = tl.where(ok, p, {ident})")  # lanes past the row stay the scan's identity
     else:
         lines.append(f"        v = tl.load(x + o * sO + r * sR, mask=ok, other={ident})")
     lines.append(f"        c = carry {sym} {fn}(v, 0)")
     if col.post:
-        lines += ["        " + s for s in triton_chain(col.post, "c", "y", "post")]
+        lines += ["        " + s for s in triton_chain(col.post, "c", "y", "post", rows)]
     return lines + [f"        tl.store(out + o * R + r, {'y' if col.post else 'c'}, mask=ok)",
                     "        last = tl.minimum(R - r0, BLOCK) - 1",
                     "        carry = tl.sum(tl.where(tl.arange(0, BLOCK) == last, c, 0.0), 0)"]
@@ -149,9 +153,11 @@ def triton_launch(col: ColOp, names: dict) -> list[str]:
     if col.kind == "bnstats":
         call = f"{col.kname}[(max(1, R),)](xc, out, O, R, I, sO, sR, sI, BLOCK={ROW_BLOCK})"
     else:
-        call = f"{col.kname}[(max(1, O * triton.cdiv(I, {BLOCK})),)](xc, out, O, R, I, sO, sR, sI, BLOCK={BLOCK})"
+        call = (f"{col.kname}[(max(1, O * triton.cdiv(I, {BLOCK})),)](xc, out, {row_args(col)}O, R, I, sO, sR, sI, "
+                f"BLOCK={BLOCK})")
         if col.kind == "scan":
             call = "\n".join(["if I == 1:",
-                              f"    {col.kname}_rows[(max(1, O),)](xc, out, O, R, sO, sR, BLOCK={ROW_BLOCK})",
+                              f"    {col.kname}_rows[(max(1, O),)](xc, out, {row_args(col)}O, R, sO, sR, "
+                              f"BLOCK={ROW_BLOCK})",
                               "else:", f"    {call}"])
     return launch_lines(col, names, call)

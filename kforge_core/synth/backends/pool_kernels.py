@@ -23,7 +23,7 @@ cell read, `ColOp.post` on every output) are written by `col_chains`.
 
 from __future__ import annotations
 
-from .col_chains import c_post, c_read, row_values, triton_chain
+from .col_chains import c_post, c_read, c_row_loads, c_row_params, row_args, row_arrays, row_values, triton_chain
 from ..lower.colops import ColOp
 from ..schedule import Schedule
 
@@ -40,7 +40,7 @@ def _dims(col: ColOp) -> int:
 def _params(col: ColOp, index_t: str, restrict: str = "") -> str:
     """The parameters after `out`: the row values' arrays, then the sizes."""
     d = _dims(col)
-    return ", ".join([f"const float*{restrict} a{i}" for i in range(len(col.aux))] + [f"{index_t} B"] + [f"{index_t} L{i}" for i in range(d)] + [f"{index_t} O{i}" for i in range(d)])
+    return ", ".join(c_row_params(col, restrict) + [f"{index_t} B"] + [f"{index_t} L{i}" for i in range(d)] + [f"{index_t} O{i}" for i in range(d)])
 
 
 def _divisor_factor(col: ColOp, i: int, o: str, index_t: str) -> str:
@@ -107,7 +107,7 @@ def cpu_pool(col: ColOp, sched: Schedule) -> list[str]:
     for i in reversed(range(last)):
         lines.append(f"        const int64_t o{i} = q % O{i}; q /= O{i};")
     lines.append("        const float* xb = x + q * (" + " * ".join(f"L{i}" for i in range(d)) + ");")
-    lines += [f"        const float {v} = a{i}[q];" for i, v in enumerate(row_values(col).values())]
+    lines += c_row_loads(col, "q", "        ")
     lines.append(f"        float* ob = out + row * O{last} + j0;")
     lines += [f"        float acc[{CPU_CHUNK}];", f"        for (int64_t j = 0; j < n; ++j) acc[j] = {_init(col)};"]
     depth, base = 2, "xb"
@@ -171,7 +171,7 @@ def cpu_pool(col: ColOp, sched: Schedule) -> list[str]:
 
 
 def cpu_launch(col: ColOp, names: dict) -> list[str]:
-    return launch_lines(col, names, f"self.kf_lib.{col.kname}(xc, out, {_aux_args(col)}B, *L, *O)")
+    return launch_lines(col, names, f"self.kf_lib.{col.kname}(xc, out, {row_args(col)}B, *L, *O)")
 
 
 # ----------------------------------------------------------------------------------------------- CUDA
@@ -191,7 +191,7 @@ def cuda_pool(col: ColOp) -> list[str]:
         lines.append(f"        const {ll} o{i} = q % O{i}; q /= O{i};")
     lines += ["        const float* xb = x + q * (" + " * ".join(f"L{i}" for i in range(d)) + ");",
               f"        float acc = {_init(col)};"]
-    lines += [f"        const float {v} = a{i}[q];" for i, v in enumerate(row_values(col).values())]
+    lines += c_row_loads(col, "q", "        ")
     depth, base = 2, "xb"
     for i in range(d):
         ind = "    " * depth
@@ -214,7 +214,7 @@ def cuda_pool(col: ColOp) -> list[str]:
 def cuda_launch(col: ColOp, names: dict) -> list[str]:
     return launch_lines(col, names, f"self.kf_mod.{col.kname}(grid=(max(1, min((out.numel() + 255) // 256, "
                                     "self.kf_sms * 32)),), block=(256,), "
-                                    f"args=(xc, out, {_aux_args(col)}B, *L, *O))")
+                                    f"args=(xc, out, {row_args(col)}B, *L, *O))")
 
 
 # ----------------------------------------------------------------------------------------------- Triton
@@ -274,15 +274,11 @@ def _triton_factor(col: ColOp, i: int) -> str:
 
 def triton_launch(col: ColOp, names: dict) -> list[str]:
     grid = f"(max(1, triton.cdiv(out.numel(), {TRITON_BLOCK})),)"
-    return launch_lines(col, names, f"{col.kname}[{grid}](xc, out, out.numel(), {_aux_args(col)}B, *L, *O, "
+    return launch_lines(col, names, f"{col.kname}[{grid}](xc, out, out.numel(), {row_args(col)}B, *L, *O, "
                                     f"BLOCK={TRITON_BLOCK})")
 
 
 # ----------------------------------------------------------------------------------------------- launch
-
-def _aux_args(col: ColOp) -> str:
-    return "".join(f"a{i}, " for i in range(len(col.aux)))
-
 
 def launch_lines(col: ColOp, names: dict, call: str) -> list[str]:
     """The launch of one window kernel: the input as the kernel reads it, its chains' row values, the output
@@ -292,7 +288,7 @@ def launch_lines(col: ColOp, names: dict, call: str) -> list[str]:
     d = len(w["k"])
     return [f"# {col.kname}: {col.label} (window kernel)",
             f"xc, B, L, O = kf_pool_view({names[col.x]}, {args}, {w['ceil']})",
-            *[f"a{i} = kf_pool_rows({names[a]}, xc, {d})" for i, a in enumerate(col.aux)],
+            *row_arrays(col, names, "xc", str(d)),
             "out = torch.empty(tuple(xc.shape[:xc.dim() - len(L)]) + O, dtype=torch.float32, device=xc.device)",
             "if out.numel():",
             *["    " + line for line in call.split("\n")],

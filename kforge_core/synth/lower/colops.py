@@ -43,8 +43,8 @@ class ColOp(Py):
     # order (the first reads x), `post` to every value written (the first reads the kernel's own result)
     pre: list = field(default_factory=list)
     post: list = field(default_factory=list)
-    # tensors the chains read besides the chain value, one value per row of a window kernel's (B, ...) view (its
-    # lead dims as one): a per-channel bias, a 0-d scale
+    # tensors the chains read besides the chain value, one value per row: of a window kernel's (B, ...) view (its
+    # lead dims as one), of a column kernel's (O, R, I) view its (o, r) (constant along I): a per-channel bias
     aux: list = field(default_factory=list)
 
     @property

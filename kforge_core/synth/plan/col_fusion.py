@@ -7,10 +7,11 @@ tensor again.
 A primitive joins a chain when it is elementwise, float32, of one fusable function (`FUSABLE`: a template in every
 writer with column kernels), reads exactly one tensor -- the chain's value, at the same shape (no broadcast) -- and
 otherwise constants, and when the value it reads is used by nothing else (not another kernel, not the program's
-output). A window kernel's chains may also read tensors holding one value per row of its view (a per-channel bias
-or scale, a 0-d parameter: `ColOp.aux`, read once per row); in a column kernel such operands keep their
-elementwise kernel. BatchNorm's statistics kernel
-(`bnstats`) takes no chain, and the int64 results of argmax/argmin no epilogue.
+output). A chain may also read tensors holding one value per row of the kernel's input (`ColOp.aux`, each a
+`row value`): constant along the window kernel's pooled dims, or along a column kernel's I block (the dims after
+the reduced ones) -- a per-channel bias or scale around a pool or a reduction over the channels, a 0-d parameter.
+A reduction's epilogue takes none (its rows are reduced away: such operands keep their elementwise kernel).
+BatchNorm's statistics kernel (`bnstats`) takes no chain, and the int64 results of argmax/argmin no epilogue.
 
 Applied by `fusion.build_plan` under the `fuse` move, before grouping; the Lowered it is given is left unchanged.
 """
@@ -34,8 +35,8 @@ NO_CHAINS = ("bnstats",)
 
 
 def _per_row(v, shape: tuple, d: int) -> bool:
-    """Whether tensor value `v` broadcasts to `shape` with one value per window kernel row: size 1 along the last
-    `d` (pooled) dims, and along each lead dim the dim's size or 1 (a per-channel bias, a 0-d scale)."""
+    """Whether tensor value `v` broadcasts to `shape` with one value per kernel row: size 1 along the last `d` dims
+    (pooled, or a column kernel's I block), and along each lead dim the dim's size or 1 (a per-channel bias)."""
     if v is None or not v.is_tensor or v.dtype != FLOAT or len(v.shape) > len(shape):
         return False
     full = (1,) * (len(shape) - len(v.shape)) + tuple(v.shape)
@@ -43,10 +44,10 @@ def _per_row(v, shape: tuple, d: int) -> bool:
     return all(n == 1 for n in full[lead:]) and all(n in (1, m) for n, m in zip(full[:lead], shape[:lead]))
 
 
-def _read(p, values: dict, d: int, cur: str | None = None) -> tuple[str, list[str]] | None:
+def _read(p, values: dict, d: int | None, cur: str | None = None) -> tuple[str, list[str]] | None:
     """(the chain value a chain primitive reads, the other tensors it reads), else None (not a chain primitive).
     The chain value is `cur` (an epilogue), or the one operand at the primitive's own shape (a prologue); the
-    others must be one value per window kernel row (`d` > 0: pooled dims) -- column kernels take none."""
+    others must be row values constant along the last `d` dims (None: the chain takes no other tensor)."""
     if not isinstance(p, Prim) or p.fn not in FUSABLE or p.red is not None or p.dtype != FLOAT:
         return None
     if any(o[0] not in ("v", "c") or (o[0] == "c" and (isinstance(o[1], bool) or not isinstance(o[1], (int, float))))
@@ -59,9 +60,19 @@ def _read(p, values: dict, d: int, cur: str | None = None) -> tuple[str, list[st
     if src is None or src not in full or tensors.count(src) != 1:
         return None
     others = [t for t in tensors if t != src]
-    if others and not (d and all(_per_row(values.get(t), tuple(p.shape), d) for t in others)):
+    if others and (d is None or not all(_per_row(values.get(t), tuple(p.shape), d) for t in others)):
         return None
     return src, others
+
+
+def _row_dims(col: ColOp, values: dict) -> tuple[int | None, int | None]:
+    """The trailing dims a row value of `col`'s prologue / epilogue is constant along (None: it takes none). A
+    window kernel's rows are its lead dims; a column kernel's are (o, r) of its (O, R, I) view, so a reduction's
+    result (one value per (o, i)) has none."""
+    if col.kind == "pool":
+        return len(col.pool["k"]), len(col.pool["k"])
+    d = len(values[col.x].shape) - col.hi
+    return d, (d if col.same_shape else None)
 
 
 def fuse_column_chains(low: Lowered) -> Lowered:
@@ -78,12 +89,12 @@ def fuse_column_chains(low: Lowered) -> Lowered:
     absorbed: set[str] = set()
     new: dict[int, ColOp] = {}
     for col in cols:
-        d = len(col.pool["k"]) if col.kind == "pool" else 0
+        d_pre, d_post = _row_dims(col, low.values)
         aux: list[str] = []
         pre, x, reader = [], col.x, col.name
         while x not in outputs and users[x] == [reader]:
             p = made.get(x)
-            got = _read(p, low.values, d)
+            got = _read(p, low.values, d_pre)
             if got is None or p.name in absorbed:
                 break
             pre.insert(0, p)
@@ -92,7 +103,7 @@ def fuse_column_chains(low: Lowered) -> Lowered:
         post, y = [], col.name
         while col.out_dtype == FLOAT and y not in outputs and len(users[y]) == 1:
             p = made.get(users[y][0])
-            got = _read(p, low.values, d, cur=y)
+            got = _read(p, low.values, d_post, cur=y)
             if got is None or p.name in absorbed:
                 break
             post.append(p)
