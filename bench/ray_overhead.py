@@ -3,6 +3,7 @@
     python bench/ray_overhead.py [--suite level1/01_relu,level1/03_silu,level1/08_clamp] [--rounds 2]
     python bench/ray_overhead.py --target cuda --suite gallery        # on one GPU
     python bench/ray_overhead.py --best-of 2     # best-of-k: each candidate's evaluation a Ray task of its own
+    python bench/ray_overhead.py --target cuda --suite LIST --warm-up local --rounds 1   # ~10 problems in one call
 
 Starts a Ray cluster on this machine (a head and one worker node with one CPU, and with --target cuda one GPU, so
 Ray runs the problems one at a time as the local executor does on one device), then alternates: the bench with the local executor, the same
@@ -94,6 +95,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of (local, Ray); the first warms the caches; 0: only the empty-task measurement")
     ap.add_argument("--target", default="cpu", help="cpu (one CPU slot), or cuda / triton (one GPU: GPU 0)")
+    ap.add_argument("--warm-up", choices=("both", "local"), default="both",
+                    help="both (default): the first round of (local, Ray) warms the caches and is not counted; "
+                         "local: one local bench warms them, and every round counts -- a longer suite within a "
+                         "10-minute device call (--rounds 1: local, then Ray, each once, warm)")
     ap.add_argument("--best-of", type=int, default=1, metavar="K",
                     help="candidates per step (default 1); through Ray each candidate's evaluation is a task (on "
                          "the one device here they queue one after the other, as locally)")
@@ -113,6 +118,9 @@ def main() -> int:
               f"{1000 * max(empty):.0f})", flush=True)
         if args.rounds == 0:
             return 0
+        if args.warm_up == "local":
+            warm_s, warm = _bench(args.suite, args.target, work / "warm-up", None, args.best_of)
+            print(f"warm-up (local, not counted): {warm_s:6.1f} s over {len(warm)} problems", flush=True)
         for r in range(args.rounds):
             local_s, local = _bench(args.suite, args.target, work / f"local-{r}", None, args.best_of)
             ray_s, remote = _bench(args.suite, args.target, work / f"ray-{r}", cluster.address, args.best_of)
@@ -123,9 +131,10 @@ def main() -> int:
             print(f"round {r + 1}: local {local_s:6.1f} s, Ray {ray_s:6.1f} s over {len(local)} problems; per problem "
                   f"local {_walls(local, 'wall_s')} s, Ray {_walls(remote, 'wall_s')} s (queued "
                   f"{_walls(remote, 'queued_s')} s); verdicts {'identical' if ok else 'DIFFER: ' + diff}", flush=True)
-    measured = rows[1:] or rows
+    measured = rows if args.warm_up == "local" else rows[1:] or rows
     n = measured[0][3]
-    print(f"\nmedians over {len(measured)} round(s){' after the first' if len(rows) > 1 else ''}:")
+    after = " after the first" if args.warm_up == "both" and len(rows) > 1 else ""
+    print(f"\nmedians over {len(measured)} round(s){after}:")
     print(f"{'':24}{'local':>10}{'Ray':>10}")
     print(f"{'bench wall (s)':24}{statistics.median(r[0] for r in measured):10.1f}"
           f"{statistics.median(r[1] for r in measured):10.1f}")
