@@ -97,7 +97,17 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_caller_survives_many_crashing_evaluations():
+def _fd_targets() -> dict[str, str]:
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
+def test_caller_survives_many_crashing_evaluations(verdicts):
     """The app process survives a stream of crashing candidates (one child per candidate): 100 evaluations of a
     candidate whose kernel segfaults (30 when children are spawned rather than forked), two at a time, without
     leaking file descriptors or threads, and an honest candidate is still judged correctly afterwards. The
@@ -109,9 +119,10 @@ def test_caller_survives_many_crashing_evaluations():
 
     n = _crash_evals()
     c = REGISTRY["native_segfault"]
+    verdicts.wait_idle()  # the session's other cases, evaluated in the background, hold descriptors while they run
     run_case(c)  # warm: builds the kernel once (cached for the rest) and starts the fork server if there is one
     warm_pool.settle()  # its pre-started children too (each holds one socket here while it waits)
-    fds, threads = _open_fds(), threading.active_count()
+    fds, threads, before = _open_fds(), threading.active_count(), _fd_targets()
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda _: run_case(c), range(n)))
@@ -120,7 +131,10 @@ def test_caller_survives_many_crashing_evaluations():
     odd = [v for v in results if not (v.status == "runtime_error" and "SIGSEGV" in v.reason)]
     assert not odd, (f"{len(odd)} of {n}: {odd[0].status}: {odd[0].reason}\n{odd[0].log_tail[-2000:]}"
                      if odd else "")
-    assert _open_fds() <= fds + 2, "file descriptors leak per evaluation"
+    after = _fd_targets()
+    new = sorted(f"{fd} -> {target}" for fd, target in after.items() if before.get(fd) != target)
+    assert _open_fds() <= fds + 2, f"file descriptors leak per evaluation: {fds} before, now {new}; pool " \
+                                   f"{warm_pool.STATS}"
     assert threading.active_count() <= threads + 1, "threads leak per evaluation"
     assert elapsed < n * 10, f"{n} crashing evaluations took {elapsed:.1f} s"
     print(f"{n} segfaulting evaluations in {elapsed:.1f} s ({elapsed / n:.2f} s each, 2 at a time)")

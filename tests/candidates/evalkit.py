@@ -84,5 +84,11 @@ class Batch:
     def __getitem__(self, name: str):
         return self.submit(name).result()
 
+    def wait_idle(self) -> None:
+        """Until every case started so far has its verdict: a test that counts the process's descriptors or
+        threads must not count those of the evaluations running in the background."""
+        for future in list(self.futures.values()):
+            future.exception()
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
