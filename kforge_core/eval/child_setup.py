@@ -14,6 +14,7 @@ from .. import paths
 from ..errors import SandboxError
 from ..platform import REPO_ROOT
 from . import isolation
+from .cpu_probe import usable_cores
 from .redaction import _CREDENTIAL as _ENV_SECRET
 
 _ENV_ALLOW = re.compile(
@@ -80,10 +81,6 @@ def child_environment(workdir: Path, isolated: bool = False) -> dict[str, str]:
 # the heap's free memory back (harness/footprint.release).
 MALLOC_MMAP_THRESHOLD = 32 << 20
 MALLOC_TRIM_THRESHOLD = 1 << 40  # never, in practice
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def timing_environment() -> dict[str, str]:

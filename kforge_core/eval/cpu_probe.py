@@ -27,6 +27,12 @@ UNKNOWN = -1
 _READING = struct.Struct("<q")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), which CPU time is spread over; the thread count every
+    timed process is given (child_setup.timing_environment) and the CPU check's divisor (harness.remote)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def process_cpu_ns(pid: int) -> int | None:
     """CPU time of process `pid` (every thread, ended ones included), or None when it cannot be read."""
     try:  # the process-wide CPU-time clock: CPUCLOCK_SCHED (2) of pid, as clock_getcpuclockid(3) makes it

@@ -54,3 +54,15 @@ def check(sides: dict[str, object]) -> tuple[dict, str]:
     warning = "" if len(distinct) <= 1 else (
         f"the timed processes ran under different settings ({detail}): their times are not measured alike")
     return {"name": "timing conditions", "passed": True, "detail": detail}, warning
+
+
+def check_timed(candidate_label: str | None, candidate, compiled: bool, compiled_conditions) -> tuple[dict, str]:
+    """The check for a candidate timed beside eager (this process, the judge) and, where `compiled`, the
+    torch.compile baseline server: `candidate_label` names the process the candidate reported `candidate` from;
+    None when it ran in this process."""
+    mine = read()
+    sides = {"candidate and eager (one process)": mine} if candidate_label is None else \
+        {"eager (the judge)": mine, candidate_label: candidate}
+    if compiled:
+        sides["torch.compile baseline server"] = compiled_conditions
+    return check(sides)

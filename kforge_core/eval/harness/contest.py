@@ -118,13 +118,11 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
     except BaseException as e:  # noqa: BLE001 - candidate code
         return {"status": "runtime_error", "reason": f"head-to-head: timing raised {type(e).__name__}: {e}"}
     per = _contest_checks(names, compared, judged)
-    compiled_conditions = request.get("compiled_conditions") if "compiled" in models else None
+    mine = conditions.read()
     for name in names:  # as a verdict states them: each contender's process, eager's and the compiled baseline's
-        sides = {"eager (the judge)": conditions.read(),
-                 "the contender's process (reported)": remotes[name].conditions if judged else conditions.read()}
-        if "compiled" in models:
-            sides["torch.compile baseline server"] = compiled_conditions
-        check, warning = conditions.check(sides)
+        check, warning = conditions.check_timed("the contender's process (reported)",
+                                                remotes[name].conditions if judged else mine, "compiled" in models,
+                                                request.get("compiled_conditions"))
         per[name]["checks"].append(check)
         per[name]["warnings"] += [warning] if warning else []
     for name, (checks, warnings) in judge.items():

@@ -27,6 +27,7 @@ import weakref
 
 import torch
 
+from ..cpu_probe import usable_cores
 from . import context, launches, shared
 from .cpu_check import CpuWatch
 from .guards import GuardViolation
@@ -54,7 +55,7 @@ class RemoteCandidate:
         # the caller's reading of this candidate's process's CPU time (harness/cpu_check.py), where it gave one
         self.cpu = CpuWatch(cpu_fd) if cpu_fd is not None else None
         self.last_cpu_ns: int | None = None  # the last request's CPU time in the candidate's process
-        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.cores = usable_cores()
         self.device = device
         shared.prepare_pinning(device)
         self.arena: shared.Arena | None = None

@@ -319,14 +319,9 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
 def _state_conditions(out: dict, request: dict, side, compiled_remote: bool) -> None:
     """The timing conditions of every process that timed a side, as a check (and a warning where they differ). A
     torch.compile baseline compiled in this process runs under this process's conditions."""
-    mine = conditions.read()
-    if isinstance(side, InProcess):
-        sides = {"candidate and eager (one process)": mine}
-    else:
-        sides = {"eager (the judge)": mine, "candidate's process (reported)": getattr(side, "conditions", None)}
-    if compiled_remote:
-        sides["torch.compile baseline server"] = request.get("compiled_conditions")
-    check, warning = conditions.check(sides)
+    label = None if isinstance(side, InProcess) else "candidate's process (reported)"
+    check, warning = conditions.check_timed(label, getattr(side, "conditions", None), compiled_remote,
+                                            request.get("compiled_conditions"))
     out["checks"].append(check)
     out["warnings"] += [warning] if warning else []
 

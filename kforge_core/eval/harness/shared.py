@@ -202,12 +202,7 @@ def read(arena: Arena, layout, device: torch.device | str = "cpu", into=None):
     if not isinstance(layout, dict):
         raise ProtocolError("a layout entry is not an object")
     if "t" in layout:
-        dtype_name, shape, offset = _tensor_fields(layout["t"])
-        dtype = _dtype(dtype_name)
-        numel = 1
-        for s in shape:
-            numel *= s
-        n = numel * torch.empty(0, dtype=dtype).element_size()
+        dtype, shape, offset, n = _tensor_entry(layout["t"])
         if layout.get("nofit"):
             t = torch.empty(shape, dtype=dtype, device="meta")  # a shape or dtype the judge can name, no values
             return _as_named_subclass(t, layout.get("type"))
@@ -248,13 +243,8 @@ def views(arena: Arena, layout):
     if "t" in layout:
         if layout.get("nofit") or "type" in layout:
             return None
-        dtype_name, shape, offset = _tensor_fields(layout["t"])
-        dtype = _dtype(dtype_name)
-        numel = 1
-        for s in shape:
-            numel *= s
-        return arena.view(offset, numel * torch.empty(0, dtype=dtype).element_size(), torch.uint8) \
-            .view(dtype).reshape(shape)
+        dtype, shape, offset, n = _tensor_entry(layout["t"])
+        return arena.view(offset, n, torch.uint8).view(dtype).reshape(shape)
     if "l" in layout and "d" not in layout:
         items = [views(arena, item) for item in layout["l"]]
         if any(item is None and "v" not in entry for item, entry in zip(items, layout["l"])):
@@ -263,6 +253,16 @@ def views(arena: Arena, layout):
     if "v" in layout:
         return layout["v"]
     return None
+
+
+def _tensor_entry(desc) -> tuple[torch.dtype, list[int], int, int]:
+    """(dtype, shape, offset, bytes) of a tensor entry."""
+    dtype_name, shape, offset = _tensor_fields(desc)
+    dtype = _dtype(dtype_name)
+    numel = 1
+    for s in shape:
+        numel *= s
+    return dtype, shape, offset, numel * torch.empty(0, dtype=dtype).element_size()
 
 
 def _tensor_fields(desc) -> tuple[str, list[int], int]:
