@@ -20,6 +20,7 @@ export OUT="${OUT:-$PWD/gpu_check_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export KFORGE_CACHE_DIR="${KFORGE_CACHE_DIR:-/tmp/kforge-gpu-cache}"
 PY="${PYTHON:-python3}"
+PY="$(command -v "$PY" || echo "$PY")"  # absolute: `su` gives the ordinary user another PATH (python3 without torch)
 status=0
 # The log accumulates: several calls in one device session (tests, then builtin) each add their part.
 echo "== gpu_check.sh $MODE $* ($(date -u +%FT%TZ))" >> "$OUT/gpu_check.log"
@@ -75,20 +76,24 @@ EOF
 isolation() {  # KFORGE_ISOLATION=require: an evaluation that cannot be isolated fails instead of falling back
   echo "== isolation (as $(id -un))"
   local sel="nvrtc_example_correct or triton_example_correct or load_inline_cuda_correct or illegal_address"
-  KFORGE_ISOLATION=require "$PY" -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/gpu/test_gpu_eval.py \
+  KFORGE_ISOLATION=require "$PY" -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py \
     -k "test_isolation or $sel" 2>&1 | tee -a "$OUT/gpu_check.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
   if [ "$(id -u)" = 0 ]; then  # and as an ordinary user, where this interpreter is reachable by one
     id kforge-check >/dev/null 2>&1 || useradd -M kforge-check 2>/dev/null
     local cache; cache=$(mktemp -d); chmod 777 "$cache"
-    if su kforge-check -s /bin/sh -c "'$PY' -c 'import torch'" >/dev/null 2>&1; then
+    local why
+    if why=$(su kforge-check -s /bin/sh -c "PYTHONPATH='${PYTHONPATH:-}' '$PY' -c 'import torch'" 2>&1); then
       echo "== isolation (as kforge-check)"
-      su kforge-check -s /bin/sh -c "cd '$PWD' && KFORGE_ISOLATION=require KFORGE_CACHE_DIR='$cache' HOME='$cache' \
-        '$PY' -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/gpu/test_gpu_eval.py \
+      # the interpreter's own bin first (ninja, for load_inline builds, lives beside it), and an OUT it can write
+      su kforge-check -s /bin/sh -c "cd '$PWD' && PYTHONPATH='${PYTHONPATH:-}' KFORGE_ISOLATION=require \
+        PATH='$(dirname "$PY"):$PATH' OUT='$cache' KFORGE_CACHE_DIR='$cache' HOME='$cache' \
+        '$PY' -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py \
         -k 'test_isolation or $sel'" 2>&1 | tee -a "$OUT/gpu_check.log"
       rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
     else
-      echo "== isolation as an ordinary user: skipped ($PY is not usable by kforge-check)" | tee -a "$OUT/gpu_check.log"
+      echo "== isolation as an ordinary user: skipped ($PY is not usable by kforge-check: $(echo "$why" | tail -1))" \
+        | tee -a "$OUT/gpu_check.log"
     fi
   fi
 }

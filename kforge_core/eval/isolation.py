@@ -224,15 +224,22 @@ def enter(p: dict, relay: bool = True) -> None:
     _write_file("/proc/self/setgroups", "deny")
     _write_file("/proc/self/uid_map", f"{uid or NOBODY} {uid} 1\n")
     _write_file("/proc/self/gid_map", f"{gid or NOBODY} {gid} 1\n")
+    # a probe (relay=False) hears why PID 1 could not build the root: "exit 1" alone says nothing to fix
+    why_r, why_w = os.pipe() if not relay else (-1, -1)
     pid = os.fork()  # the new PID namespace holds the children of the unsharing process only
     if pid != 0:
         if not relay:
+            os.close(why_w)
+            with os.fdopen(why_r, "rb") as f:
+                why = f.read(2000).decode(errors="replace").strip()
             _, status = os.waitpid(pid, 0)
             code = os.waitstatus_to_exitcode(status)
             if code != 0:
-                raise OSError(errno.EPERM, f"setting up the new root failed (exit {code})")
+                raise OSError(errno.EPERM, f"setting up the new root failed: {why or f'exit {code}'}")
             return
         _relay(pid)
+    if not relay:
+        os.close(why_r)
     try:
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the relay's death ends the namespace
         build_root(libc, p)
@@ -245,10 +252,12 @@ def enter(p: dict, relay: bool = True) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (n if hard == resource.RLIM_INFINITY else min(n, hard), hard))
     except BaseException as e:  # noqa: BLE001 - report and die: never run candidate code half-isolated
         if not relay:
+            os.write(why_w, f"{type(e).__name__}: {e}".encode()[:2000])
             os._exit(1)
         os.write(2, f"kforge isolation: {type(e).__name__}: {e}\n".encode())
         os._exit(71)
     if not relay:
+        os.close(why_w)
         os._exit(0)
 
 

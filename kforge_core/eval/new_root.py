@@ -48,6 +48,32 @@ def _readonly_tree(libc, target: str) -> None:
            f"mount_setattr {target}")  # SYS_mount_setattr(AT_FDCWD, path, AT_RECURSIVE, ...)
 
 
+def _unescape(field: str) -> str:
+    """A mountinfo path: spaces, tabs, newlines and backslashes are written as octal escapes."""
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def mount_points() -> list[str]:
+    """Every mount point this process sees (/proc/self/mountinfo, field 5)."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            return [_unescape(line.split()[4]) for line in f if len(line.split()) > 4]
+    except OSError:
+        return []
+
+
+def submounts(source: str, points: list[str] | None = None) -> list[str]:
+    """The mount points strictly inside `source` (resolved), outermost first."""
+    top = os.path.realpath(source).rstrip("/") + "/"
+    inside = {m for m in (mount_points() if points is None else points) if m.startswith(top) and m != top}
+    return sorted(inside, key=lambda m: (m.count("/"), m))
+
+
+def _remount_readonly(libc, path: str) -> None:
+    """One mount read-only, keeping the flags its source has locked (see _LOCKED)."""
+    _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | _locked(path) | MS_RDONLY)
+
+
 def _bind(libc, source: str, target: str, rw: bool) -> None:
     if source in RECURSIVE:  # a tree with mounts inside, which a user namespace may not split from it
         os.makedirs(target, exist_ok=True)
@@ -63,15 +89,34 @@ def _bind(libc, source: str, target: str, rw: bool) -> None:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if not os.path.exists(target):
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o600))
+    inner = submounts(source) if os.path.isdir(source) else []
+    if inner:
+        # A mount namespace of a user namespace may not bind a tree without what is mounted inside it (mount(2):
+        # EINVAL, it would reveal what those mounts cover): /usr with the GPU driver's /usr/local/nvidia on the
+        # lent GPU machines. Bound with its mounts, each made read-only too (a read-only bind stays read-only).
+        _mount(libc, source, target, None, MS_BIND | MS_REC)
+        if rw:
+            _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | _locked(source))
+            return
+        try:
+            _readonly_tree(libc, target)
+            return
+        except OSError:  # before Linux 5.12: one mount at a time; any failure aborts the isolated child
+            top = os.path.realpath(source).rstrip("/")
+            for path in [target] + [target + m[len(top):] for m in inner]:
+                _remount_readonly(libc, path)
+            return
     _mount(libc, source, target, None, MS_BIND)
-    locked = 0
-    try:
-        f = os.statvfs(source).f_flag
-        locked = sum(ms for st, ms in _LOCKED if f & st)
-    except OSError:
-        pass
     # (a source mounted read-only stays read-only: its flag is among the locked ones)
-    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | locked | (0 if rw else MS_RDONLY))
+    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | _locked(source) | (0 if rw else MS_RDONLY))
+
+
+def _locked(path: str) -> int:
+    try:
+        f = os.statvfs(path).f_flag
+    except OSError:
+        return 0
+    return sum(ms for st, ms in _LOCKED if f & st)
 
 
 def build_root(libc, p: dict) -> None:
