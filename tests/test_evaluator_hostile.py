@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from candidates.evalkit import HOSTILE, QUICK_TIMING, REGISTRY, assert_status, case, run_case
 
@@ -32,6 +33,7 @@ hostile("constant_output")
 hostile("cache_data_ptr")
 hostile("cache_shape")
 hostile("mutate_inputs")
+hostile("mutate_inputs_when_timed", weight=2, **QUICK_TIMING)
 hostile("first_output_only", "multi_output.py")
 hostile("pure_pytorch")
 hostile("compiled_never_called")
@@ -121,6 +123,35 @@ def test_caching_by_shape(verdicts):
 def test_mutating_inputs(verdicts):
     """Mutated inputs: a candidate that writes into its inputs changes what the reference sees."""
     assert_status(verdicts["mutate_inputs"], "incorrect", "modified its inputs")
+
+
+def test_mutating_inputs_once_timed(verdicts):
+    """Inputs left alone while checked and written once timed: every timed call's inputs are checked too."""
+    assert_status(verdicts["mutate_inputs_when_timed"], "incorrect", "modified its inputs in")
+
+
+
+def test_input_check_in_the_candidates_process():
+    """The candidate's process checks its own copy of the inputs (worker._inputs_changed): a value changed, or a
+    tensor turned into a subclass (whose hooks would run inside the check itself: static rules refuse the
+    spelling, this is the check behind them), is a change; the same values are not."""
+    from types import SimpleNamespace
+
+    from kforge_core.eval.harness.compare import fingerprint
+    from kforge_core.eval.harness.worker import _Worker
+
+    class Sub(torch.Tensor):
+        pass
+
+    x, y = torch.randn(64, 33), torch.arange(5)
+    w = SimpleNamespace(inputs=[x, [y]], inputs_print=fingerprint([x, [y]]))
+    assert _Worker._inputs_changed(w) is False
+    x[3, 7] += 1.0
+    assert _Worker._inputs_changed(w) is True
+    x[3, 7] -= 1.0
+    x.__class__ = Sub
+    assert _Worker._inputs_changed(w) is True
+    assert _Worker._inputs_changed(SimpleNamespace(inputs=None, inputs_print=None)) is False
 
 
 def test_only_first_output_right(verdicts):

@@ -87,7 +87,8 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
                     remotes[name].check_between_calls()
         else:
             raise_guard_findings(state, identities=False)
-        if fingerprint(inputs) != pristine:
+        if fingerprint(inputs) != pristine or \
+                any(getattr((remotes or {}).get(n), "inputs_changed", False) for n in names if n in outputs):
             raise ContestFailure(f"a contender modified its inputs in {what}")
         for name in names:
             if name not in outputs:

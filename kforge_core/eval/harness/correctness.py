@@ -2,7 +2,8 @@
 
 For every seed (at least 5), one seed at a time, with fresh random inputs:
 1. the candidate's copy of the inputs is made (a clone; for a candidate in its own process, written straight into
-   the arena it reads them from: `remote.candidate_copy`) and fingerprinted, then the reference runs on the
+   the arena it reads them from: `remote.candidate_copy`) and fingerprinted (in a process of its own, the
+   candidate's process fingerprints the copy it reads there, on its device), then the reference runs on the
    originals (which are freed after); its outputs are held, not copied, until compared, then overwritten (NaN, or
    inverted bits for integers) before they are freed, so no freed memory holds the answer;
 2. memory of the outputs' sizes is allocated, filled with NaN and freed (poisoning) in the process the candidate
@@ -45,7 +46,7 @@ import torch
 from . import context, guards, launches, progress, watchdog
 from .compare import compare_outputs, fingerprint, flatten
 from .loading import tensor_bytes
-from .remote import candidate_copy, fresh_rng_seed, poison_for_call, seed_for_call
+from .remote import candidate_copy, fresh_rng_seed, input_print, inputs_modified, poison_for_call, seed_for_call
 
 
 @dataclass
@@ -195,12 +196,12 @@ def check_correctness(ref_model, new_model, make_inputs: Callable[[int], list], 
     def check(inputs, cand_inputs, rng_seed: int, what: str):
         """The reference on `inputs` (consumed: freed before the candidate runs), the candidate on `cand_inputs`;
         returns the fingerprints of both outputs."""
-        pristine = fingerprint(cand_inputs)
+        pristine = input_print(new_model, cand_inputs)
         ref_out = run(ref_model, inputs, rng_seed)
         inputs.clear()  # the reference's copy (possibly written by it) is not needed again
         poison_for_call(platform, new_model, _sizes(ref_out) * 2)
         cand_out = candidate_call(cand_inputs, rng_seed, what)
-        if fingerprint(cand_inputs) != pristine:
+        if inputs_modified(new_model, cand_inputs, pristine):
             raise Fail("incorrect", f"{what}: ModelNew modified its inputs in place [rule no-input-mutation]")
         c = compare(cand_out, ref_out, what)
         prints = fingerprint(ref_out), fingerprint(cand_out)

@@ -29,6 +29,7 @@ import torch
 
 from ..cpu_probe import usable_cores
 from . import context, launches, shared
+from .compare import fingerprint
 from .cpu_check import CpuWatch
 from .guards import GuardViolation
 from .loading import clone
@@ -78,6 +79,9 @@ class RemoteCandidate:
         self.forward_ns = 0
         self.round_trip_ms: float | None = None
         self.conditions: dict | None = None  # what the candidate's process says it times under (conditions.read)
+        # whether the last checked call (or, after check_between_calls, timed call) left its inputs changed: the
+        # candidate's process fingerprints its own copy before and after (worker._inputs_changed)
+        self.inputs_changed = False
 
     # ------------------------------------------------------------------ channel
 
@@ -137,9 +141,9 @@ class RemoteCandidate:
     @staticmethod
     def transfer_allowance_s(nbytes: int) -> float:
         """What one call's crossing of the arena may add to its time limit: inputs and outputs copied into and out
-        of host shared memory, to and from the device in both processes, and the inputs read back for the mutation
-        check (about six copies), at a pessimistic 1 GB/s (host copies under gVisor, pageable PCIe). A 6 GiB
-        KernelBench input and output took longer than the 10 s a checked call may take by itself."""
+        of host shared memory and to and from the device in both processes (four copies, six counted for room),
+        at a pessimistic 1 GB/s (host copies under gVisor, pageable PCIe). A 6 GiB KernelBench input and output
+        took longer than the 10 s a checked call may take by itself."""
         return 6 * nbytes / 1e9
 
     def _take_rng_seed(self) -> int | None:
@@ -156,8 +160,11 @@ class RemoteCandidate:
 
     def check_between_calls(self) -> None:
         """The cheap guard check after every warm-up and timed call, as in one process (a request of its own, after
-        the outputs came back: a fetch's CPU time is then the copy's alone)."""
-        found = self.findings(identities=False)
+        the outputs came back: a fetch's CPU time is then the copy's alone), with the check of the call's inputs
+        (`inputs_changed`)."""
+        reply = self._ask({"op": "findings", "identities": False, "inputs": True})
+        self.inputs_changed = _changed_flag(reply)
+        found = str(reply.get("found") or "")
         if found:
             raise GuardViolation(found)
 
@@ -217,15 +224,11 @@ class RemoteCandidate:
             return None
         return layout, out_offset
 
-    def _take(self, reply: dict, layout: dict, inputs: tuple, copying=None, staged: bool = False):
-        """Read the outputs (and the inputs as the candidate left them, into the judge's own input tensors, so a
-        mutation shows there; staged inputs are the arena's own memory already) out of the arena; merge the
-        reported launch records. `copying`: a context that measures the judge's own cost of that read (the CPU
-        check's yardstick)."""
+    def _take(self, reply: dict, copying=None):
+        """Read the outputs out of the arena; merge the reported launch records. `copying`: a context that
+        measures the judge's own cost of that read (the CPU check's yardstick)."""
         try:
             with copying or contextlib.nullcontext():
-                if not staged:
-                    shared.read(self.arena, layout, self.device, into=list(inputs))
                 out = shared.read(self.arena, reply.get("out"), self.device)
         except shared.ProtocolError as e:
             raise RemoteFailure("rejected", f"the candidate's process broke the evaluation protocol: {e} "
@@ -254,7 +257,8 @@ class RemoteCandidate:
         else:  # as the one-process protocol counts it: not the first (recorded) call
             ns = reply.get("forward_ns")
             self.forward_ns += ns if isinstance(ns, int) and ns > 0 else 0
-        return self._take(reply, layout, inputs, staged=staged is not None)
+        self.inputs_changed = _changed_flag(reply)
+        return self._take(reply)
 
     def calibrate(self, n: int = 7) -> None:
         """The channel's own round trip (an empty request), subtracted from the judge's brackets."""
@@ -290,9 +294,9 @@ class RemoteCandidate:
         idle_before = self.cpu.idle_ns if self.cpu is not None else 0
         fetched = self._ask({"op": "fetch", "out_offset": out_offset})
         if self.cpu is None:
-            return float(ms), self._take(fetched, layout, tuple(inputs))
+            return float(ms), self._take(fetched)
         fetch_cpu_ns, copy_before = self.last_cpu_ns, self.cpu.judge_copy_ns
-        out = self._take(fetched, layout, tuple(inputs), self.cpu.copying())
+        out = self._take(fetched, self.cpu.copying())
         cpu_ms = None
         if time_cpu_ns is not None and fetch_cpu_ns is not None:
             # the call's work as the CPU readings show it: inside the timed request, plus what ran after it returned
@@ -339,6 +343,26 @@ class RemoteCandidate:
         """The deferred-work check (harness/cpu_check.py): (a check, a rejection reason or ""), None without a
         probe."""
         return self.cpu.judge() if self.cpu is not None else None
+
+
+def _changed_flag(reply: dict) -> bool:
+    flag = reply.get("inputs_changed", False)
+    if not isinstance(flag, bool):
+        raise RemoteFailure("rejected", "the candidate's process sent a malformed input check [rule no-patching]")
+    return flag
+
+
+def input_print(model, inputs):
+    """What `inputs_modified` compares with after the call: nothing for a candidate in its own process (it checks
+    its own copy), the inputs' fingerprint otherwise."""
+    return None if isinstance(model, RemoteCandidate) else fingerprint(inputs)
+
+
+def inputs_modified(model, inputs, pristine) -> bool:
+    """Whether the candidate's last call left its inputs changed (`pristine`: `input_print` from before it)."""
+    if isinstance(model, RemoteCandidate):
+        return model.inputs_changed
+    return fingerprint(inputs) != pristine
 
 
 def _flat_tensors(out) -> list[torch.Tensor]:

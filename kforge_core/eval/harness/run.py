@@ -253,7 +253,8 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
         if launched.get("candidate", 0) == 0:
             raise TimingFailure("rejected", f"ModelNew ran no kernel it compiled in {what} (it skipped its kernels "
                                             f"once timing started: cached or precomputed results?) [rule must-launch]")
-        if fingerprint(inputs) != pristine:
+        # the judge's inputs (eager's too), and the candidate's own copy where it runs in a process of its own
+        if fingerprint(inputs) != pristine or getattr(side, "inputs_changed", False):
             raise TimingFailure("incorrect", f"ModelNew modified its inputs in {what} [rule no-input-mutation]")
         if "eager" in outputs:
             c = compare_outputs(outputs["candidate"], outputs["eager"], policy)

@@ -21,6 +21,7 @@ import torch
 from ...errors import CompileError
 from ...platform import get_platform
 from . import conditions, context, guards, launches
+from .compare import fingerprint, flatten
 from .correctness import outputs_from_kernels
 from .in_process import describe_exception, guard_findings, load_candidate, profile_candidate
 from .reference import ProblemFailure, _load_reference
@@ -35,6 +36,7 @@ class _Worker:
         self.arena: Arena | None = None
         self.model = None
         self.inputs = None  # the last call's inputs, on this process's device (reused for an in-place rewrite)
+        self.inputs_print = None  # their fingerprint as read from the arena (the mutation check)
         self.pending = None  # a timed call's outputs, until fetched
         self.cand_path = str(workdir / "candidate.py")
 
@@ -104,12 +106,22 @@ class _Worker:
         self.inputs = None  # the previous call's inputs go before new ones are read (unless read into)
         self.inputs = read(self.arena, msg["inputs"], self.device, into=into)
         self.layout = msg["inputs"]
+        self.inputs_print = fingerprint(self.inputs)
         return self.inputs
 
+    def _inputs_changed(self) -> bool:
+        """Whether the last call left its inputs other than they were read: fingerprinted here, on this process's
+        device, rather than copied back for the judge to fingerprint on the host (at KernelBench's sizes two host
+        passes and a device-to-host copy of gigabytes a call). The same trust as that copy, which this process
+        made too; the fingerprint is harness code, watched by identity like the rest (guards)."""
+        if self.inputs is None or self.inputs_print is None:
+            return False
+        if any(type(t) is not torch.Tensor for t in flatten(self.inputs) if isinstance(t, torch.Tensor)):
+            return True  # made a subclass whose methods would run in the check itself: changed, whatever its values
+        return fingerprint(self.inputs) != self.inputs_print
+
     def _write_back(self, out, out_offset: int) -> dict:
-        """The outputs into the arena from `out_offset`, and the inputs back where they came from (a mutation
-        shows on the judge's side)."""
-        write_at(self.arena, self.inputs, self.layout)
+        """The outputs into the arena from `out_offset`."""
         layout, _ = write(self.arena, out, int(out_offset))
         return layout
 
@@ -163,7 +175,7 @@ class _Worker:
         layout = self._write_back(out, msg["out_offset"])
         return {"out": layout, "launches": launches.snapshot(), "kernel_ns": launches.kernel_ns() - kernel_before,
                 "forward_ns": forward_ns, "provenance": outputs_from_kernels(out, launches.touched()),
-                "aten_ops": sorted(ops)}
+                "aten_ops": sorted(ops), "inputs_changed": self._inputs_changed()}
 
     def op_prep(self, msg: dict) -> dict:
         self._inputs(msg)
@@ -196,7 +208,11 @@ class _Worker:
                 "provenance": outputs_from_kernels(out, launches.touched())}
 
     def op_findings(self, msg: dict) -> dict:
-        return {"found": guard_findings(self.state, bool(msg.get("identities", True)))}
+        # after a timed call the input check comes here, not with the fetch: a fetch's CPU time must be its copy's
+        found = {"found": guard_findings(self.state, bool(msg.get("identities", True)))}
+        if msg.get("inputs"):
+            found["inputs_changed"] = self._inputs_changed()
+        return found
 
     def op_profile(self, msg: dict) -> dict:
         def make_inputs(seed: int):
@@ -207,18 +223,6 @@ class _Worker:
 
 
 _OPS = {name[3:] for name in vars(_Worker) if name.startswith("op_")}
-
-
-def write_at(arena: Arena, value, layout) -> None:
-    """Write tensors back at the offsets of the layout they were read from (same structure)."""
-    if isinstance(value, torch.Tensor) and isinstance(layout, dict) and "t" in layout:
-        n = value.numel() * value.element_size()
-        offset = layout["t"][2]
-        if n and offset + n <= arena.size:
-            arena.view(offset, n, torch.uint8).copy_(value.detach().contiguous().reshape(-1).view(torch.uint8))
-    elif isinstance(value, (list, tuple)) and isinstance(layout, dict) and isinstance(layout.get("l"), list):
-        for v, item in zip(value, layout["l"]):
-            write_at(arena, v, item)
 
 
 def serve(request: dict, workdir: Path) -> dict:
