@@ -7,8 +7,9 @@
 
 Starts a Ray cluster on this machine (a head and one worker node with one CPU, and with --target cuda one GPU, so
 Ray runs the problems one at a time as the local executor does on one device), then alternates: the bench with the local executor, the same
-bench through Ray, `--rounds` times, each into a fresh output folder and run store (the build cache is shared, so
-after the first round both find their kernels built). Prints per round the wall time of the whole bench and per
+bench through Ray, `--rounds` times, each a fresh `python -m kforge_core bench` process (as a user runs it: both
+pay their imports and start their evaluators afresh) into a fresh output folder and run store (the build cache is
+shared, so after the first round both find their kernels built). Prints per round the wall time of the whole bench and per
 problem, and at the end the medians over the rounds after the first:
 
 - per-task overhead: (Ray bench - local bench) / problems, everything included (joining the cluster, shipping
@@ -43,21 +44,30 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from kforge_core.bench.agreement import same_verdicts  # noqa: E402
 from kforge_core.bench.ray_driver import connect, import_ray  # noqa: E402
 from kforge_core.bench.ray_local import local_cluster  # noqa: E402
-from kforge_core.bench.runner import BenchConfig, run_bench  # noqa: E402
 
 SUITE = "level1/01_relu,level1/03_silu,level1/08_clamp"
 
 
 def _bench(suite: str, target: str, out: Path, cluster: str | None, best_of_k: int) -> tuple[float, list[dict]]:
+    """One bench as a user runs it: a fresh `python -m kforge_core bench` process, timed from its start to its
+    exit. In-process, the local bench would find the imports, the fork servers and the pre-started children of
+    the bench before it, while Ray's workers start afresh each time: the difference would be that, not Ray."""
     import json
+    import subprocess
 
-    cfg = BenchConfig(suite=suite, target=target, out_dir=out, agent="builtin", db_path=str(out / "runs.db"),
-                      max_functional_iters=1, max_optimization_iters=0,
-                      size_class="cpu" if target == "cpu" else None, eval_baselines=False, cluster=cluster,
-                      best_of_k=best_of_k, devices=1)  # one device, as the Ray cluster here offers
+    cmd = [sys.executable, "-m", "kforge_core", "bench", "--suite", suite, "--target", target, "--agent", "builtin",
+           "--out", str(out), "--db", str(out / "runs.db"), "--max-functional-iters", "1",
+           "--max-optimization-iters", "0", "--no-baselines", "--best-of", str(best_of_k)]
+    if target == "cpu":
+        cmd += ["--size-class", "cpu"]
+    # one device either way: the cluster here offers one, as the local executor is told to use
+    cmd += ["--cluster", cluster] if cluster else ["--devices", "1"]
     start = time.perf_counter()
-    run_bench(cfg, progress=lambda s: None)
-    return time.perf_counter() - start, json.loads((out / "results.json").read_text())["problems"]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if run.returncode != 0:
+        sys.exit(f"the bench failed (exit {run.returncode}): {' '.join(cmd)}\n{run.stderr[-3000:]}")
+    return wall, json.loads((out / "results.json").read_text())["problems"]
 
 
 def _empty_tasks(ray, n: int, events: int) -> list[float]:
