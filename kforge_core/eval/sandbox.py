@@ -262,7 +262,7 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         extra: dict[str, int] = {}  # request field -> the caller's descriptor, beyond result and logs
         peers = _peers(peer)
         judge = bool(peers) and request.get("mode") != "worker"  # a judge builds nothing
-        if module == "kforge_core.eval.harness.child" and request.get("mode") != "build" and not judge:
+        if module == "kforge_core.eval.harness.child" and request.get("mode") not in ("build", "trace") and not judge:
             builds = BuildService(start + timeout_s, fork_server_safe, memory_limit_mb, limit_address_space, kind)
             extra["build_fd"] = builds.theirs.fileno()
         extra.update({name: sock.fileno() for name, sock in peers.items()})

@@ -1,10 +1,11 @@
 """Trace a problem's `Model` into a JSON graph description — in a child process, because the problem is user code.
 
-Parent side: `trace_problem(source, size_class)` runs `python -m kforge_core.synth.trace` through the
-evaluator's sandbox (`kforge_core.eval.sandbox.run_child`: private directory, scrubbed environment, timeout, memory limit,
-nonce-framed result) and returns the description as a dict, or raises `TraceFailed` with a readable reason.
+Parent side: `trace_problem(source, size_class)` runs `trace` in an evaluation child (mode "trace" of
+`kforge_core.eval.harness.child`, forked from the CPU fork server: private directory, scrubbed environment,
+isolation, timeout, memory limit, nonce-framed result) and returns the description as a dict, or raises
+`TraceFailed` with a readable reason.
 
-Child side (`main`): import the problem, apply the size class, build `Model(*get_init_inputs())` and its inputs (on
+Child side (`trace`): import the problem, apply the size class, build `Model(*get_init_inputs())` and its inputs (on
 the meta device first, so even the file's GPU sizes cost no memory; real CPU tensors as a fallback), trace it with
 `torch.fx.symbolic_trace` (falling back to `torch.export` when fx cannot trace, e.g. shape-dependent Python), record
 every node's value (shape, dtype, strides, or Python scalar) by running the graph, and describe the module tree
@@ -24,17 +25,11 @@ floats that JSON cannot hold {"float": "inf"}; anything else {"opaque": "repr"} 
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import time
-import traceback
 from pathlib import Path
 
 from .trace_nodes import export_nodes, fx_nodes, graph_signature, record_values
 from .trace_values import describe_modules, init_encoding
 
-TRACE_MODULE = "kforge_core.synth.trace"
 
 
 class TraceFailed(Exception):
@@ -50,11 +45,13 @@ class TraceFailed(Exception):
 
 def trace_problem(source: str, size_class: str | None = None, *, timeout_s: float = 120.0,
                   memory_limit_mb: int = 8192) -> dict:
-    """Trace `source` (a KernelBench problem) in a sandboxed child; returns the graph description."""
+    """Trace `source` (a KernelBench problem) in a sandboxed child; returns the graph description. The child is
+    forked from the CPU fork server (torch already imported) where one can run, as evaluations are: a spawned one
+    paid a Python start and torch's import for every problem (2 s here, 6 s on the lent GPU machines)."""
     from kforge_core.eval.sandbox import run_child
 
-    outcome = run_child({"size_class": size_class}, {"problem.py": source}, timeout_s=timeout_s,
-                        memory_limit_mb=memory_limit_mb, limit_address_space=True, module=TRACE_MODULE)
+    outcome = run_child({"mode": "trace", "size_class": size_class}, {"problem.py": source}, timeout_s=timeout_s,
+                        memory_limit_mb=memory_limit_mb, limit_address_space=True, fork_server_safe=True)
     if outcome.timed_out:
         raise TraceFailed(f"tracing the problem did not finish within {timeout_s:g} s")
     result = outcome.result
@@ -186,29 +183,3 @@ def trace(request: dict, workdir: Path) -> dict:
     return {"ok": True, "method": method, "size_class": size_class or "gpu", "init_args": init_encoding(init),
             "nodes": nodes, "modules": modules, "configs": configs, "notes": notes,
             "training": bool(model.training)}
-
-
-def main() -> None:
-    request = json.loads(sys.stdin.read())
-    workdir = Path(request["workdir"])
-    nonce = request.pop("nonce")
-    out_fd = os.dup(1)
-    log_fd = os.open(workdir / "trace.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(log_fd, 1)  # whatever the problem prints cannot forge the framed result
-    os.close(log_fd)
-    t0 = time.perf_counter()
-    try:
-        result = trace(request, workdir)
-    except BaseException as e:  # noqa: BLE001 - always answer
-        result = {"ok": False, "error": f"tracing failed: {type(e).__name__}: {e}",
-                  "traceback": traceback.format_exc()[-3000:]}
-    result["trace_s"] = time.perf_counter() - t0
-    data = f"<<{nonce}>>{json.dumps(result, default=str)}<</{nonce}>>".encode()
-    while data:
-        data = data[os.write(out_fd, data):]
-    sys.stdout.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

@@ -97,6 +97,10 @@ def serve(request: dict, started: float | None = None) -> None:
             from ..build_service import serve_build
 
             result = serve_build(request, workdir)
+        elif request.get("mode") == "trace":  # the built-in synthesizer's graph of a problem (no candidate)
+            from ...synth.trace import trace
+
+            result = trace(request, workdir)
         elif request.get("mode") == "worker":  # the candidate's process of a judged evaluation
             from . import worker
 
