@@ -44,6 +44,9 @@ def test_shared_pages_are_charged_once():
         charged = session_memory_mb(proc.pid)
         assert rss_total > 2 * SHARED_MB  # each process resident in the whole arena
         assert SHARED_MB <= charged < 1.5 * SHARED_MB, (charged, rss_total)
+        # under a limit the resident total already shows it is within: no Pss read; over it, Pss decides
+        assert session_memory_mb(proc.pid, within_mb=rss_total + 1) > 2 * SHARED_MB
+        assert SHARED_MB <= session_memory_mb(proc.pid, within_mb=1.5 * SHARED_MB) < 1.5 * SHARED_MB
     finally:
         subprocess.run(["pkill", "-KILL", "-s", str(proc.pid)], check=False)
         proc.wait()

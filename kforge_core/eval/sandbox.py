@@ -195,7 +195,7 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
                 break
             if memory_limit_mb and not limit_address_space and now >= next_rss:
                 next_rss = now + 0.5
-                if session_memory_mb(pid) > memory_limit_mb:
+                if session_memory_mb(pid, within_mb=memory_limit_mb) > memory_limit_mb:
                     memory_exceeded = True
                     break
             time.sleep(0.02)
