@@ -35,8 +35,17 @@ MAX_RETRIES = 2  # runs of a task after its node or worker process died
 # cluster, every core). The driver keeps as many problems out at once as the cluster has devices instead.
 COORDINATOR_RESOURCES = {"num_cpus": 0}
 # The code the workers run is the driver's own (shipped as the job's working directory), so every node runs the
-# same KForge; these are left behind.
-SHIP_EXCLUDES = ["**/__pycache__", "*.pyc", "tests", "bench/out*", "test-artifacts", ".venv", "build"]
+# same KForge: the package, the platforms' helpers candidates import, and the assets (gallery, prompts). Nothing else
+# of the checkout goes (its .git alone was 14 MB, wheel folders beside it 80 MB more, zipped and sent every bench).
+SHIPPED = ("kforge_core", "platforms", "assets")
+SHIP_EXCLUDES = ["**/__pycache__", "*.pyc"]
+
+
+def ship_excludes(root) -> list[str]:
+    """Ray's excludes (gitignore patterns, anchored at the working directory) that leave only SHIPPED."""
+    from pathlib import Path
+
+    return SHIP_EXCLUDES + sorted(f"/{p.name}" for p in Path(root).iterdir() if p.name not in SHIPPED)
 
 
 def import_ray():
@@ -52,7 +61,7 @@ def connect(address: str, *, ship_code: bool = True) -> None:
     ray = import_ray()
     from ..platform import REPO_ROOT
 
-    runtime_env = {"working_dir": str(REPO_ROOT), "excludes": SHIP_EXCLUDES} if ship_code else None
+    runtime_env = {"working_dir": str(REPO_ROOT), "excludes": ship_excludes(REPO_ROOT)} if ship_code else None
     try:
         ray.init(address=address, namespace="kforge", runtime_env=runtime_env, log_to_driver=False,
                  logging_level="WARNING", configure_logging=True)

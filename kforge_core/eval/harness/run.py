@@ -176,6 +176,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
             # asynchronous launches: only the device's own records say whose kernels did the work
             profiled_share = (base.get("profile") or {}).get("custom_share")
             if profiled_share is None:
+                progress.stage("profiling its kernels' share of the device time")
                 profiled_share = side.profile(new_model, share_only=True)
             rejected = side.findings()
             if rejected:
