@@ -29,6 +29,12 @@ SCRIPT = textwrap.dedent(r"""
     from kforge_core.eval import isolation
 
     tree, workdir = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3:  # as on a kernel before 5.12: no mount_setattr, each mount of the tree remounted instead
+        from kforge_core.eval import new_root
+
+        def _no_mount_setattr(libc, target):
+            raise OSError(38, "mount_setattr: Function not implemented")
+        new_root._readonly_tree = _no_mount_setattr
     libc = ctypes.CDLL(None, use_errno=True)
     CLONE_NEWNS, CLONE_NEWUSER, MS_REC, MS_PRIVATE = 0x20000, 0x10000000, 16384, 1 << 18
     uid, gid = os.getuid(), os.getgid()
@@ -81,12 +87,14 @@ def test_submounts_are_found_from_mountinfo():
 
 
 @pytest.mark.skipif(not ISOLATED, reason=f"no OS isolation here: {isolation.status()[1]}")
-def test_a_tree_with_a_mount_inside_is_bound_whole_and_read_only(tmp_path):
+@pytest.mark.parametrize("kernel", ["mount_setattr", "before 5.12"])
+def test_a_tree_with_a_mount_inside_is_bound_whole_and_read_only(tmp_path, kernel):
     tree, workdir = tmp_path / "tree", tmp_path / "work"
     (tree / "mounted").mkdir(parents=True)
     workdir.mkdir()
     (tree / "outer.txt").write_text("outer")
-    run = subprocess.run([sys.executable, "-c", SCRIPT, str(tree), str(workdir)], cwd=REPO_ROOT, text=True,
+    args = [str(tree), str(workdir)] + (["no-mount-setattr"] if kernel == "before 5.12" else [])
+    run = subprocess.run([sys.executable, "-c", SCRIPT, *args], cwd=REPO_ROOT, text=True,
                          capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
     assert run.returncode == 0, run.stderr[-3000:]
     last = json.loads(run.stdout.strip().splitlines()[-1])
