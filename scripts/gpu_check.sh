@@ -2,7 +2,8 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint] [args...]   e.g.  bash scripts/gpu_check.sh bench --runs 5
+#   bash scripts/gpu_check.sh [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead] [args...]
+#   e.g.  bash scripts/gpu_check.sh bench --runs 5
 #   judge: the judge split on the GPU (docs/EVALUATOR.md): the examples judged out of process and in one process,
 #   hostile variants that must fail because the judge is out of reach, then time to verdict judged vs one process
 #   isolation: the OS isolation of evaluation children on the GPU (docs/EVALUATOR.md), required rather than best
@@ -11,6 +12,11 @@
 #   builtin: bench/builtin_gallery.py on CUDA, resumable (copy a returned builtin_cuda.json into $OUT to go on)
 #   footprint: bench/eval_footprint.py on CUDA: the evaluator's peak device memory against the problem's own tensors,
 #   for a GELU at KernelBench's own 26_GELU_ sizes (4096 x 393216 fp32: 6 GiB in, 6 GiB out); goal peak <= 3x
+#   scaling: scripts/ray_multi_gpu.py (issue 28: Ray over 1, 2 and all GPUs of this host), stopped after
+#   $SCALING_TIMEOUT s (default 560, inside a 600 s call) so that what finished still comes back: each finished
+#   bench is copied to $OUT as it ends; its own folder (bench/out/ray_multi_gpu) stays for --reuse on a warm machine
+#   rayoverhead: bench/ray_overhead.py on one GPU (issue 27: the local executor vs Ray, fresh processes, same suite)
+#   (both need Ray: pip install -r requirements-ray.txt, or its wheels carried where nothing can be fetched)
 #
 # Never changes GPU settings (clocks, power, MIG); ncu runs with --clock-control none.
 set -uo pipefail
@@ -142,6 +148,27 @@ footprint() {  # the evaluator's memory at KernelBench's sizes (issue 26: out of
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
+scaling() {  # Ray over this host's GPUs; a finished bench's files are copied to $OUT as soon as it ends
+  echo "== Ray scaling"
+  local folder="$PWD/bench/out/ray_multi_gpu"
+  ( while sleep 5; do for f in "$folder"/*/scaling_run.json "$folder"/scaling.json; do [ -f "$f" ] && \
+      install -D -m 644 "$f" "$OUT/ray_multi_gpu/${f#"$folder"/}"; done; done ) &
+  local copier=$!
+  timeout "${SCALING_TIMEOUT:-560}" "$PY" scripts/ray_multi_gpu.py --out "$folder" "$@" 2>&1 | grep -v WARNING | \
+    tee "$OUT/scaling.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  kill "$copier" 2>/dev/null
+  for f in "$folder"/*/scaling_run.json "$folder"/*/results.json "$folder"/scaling.json; do
+    [ -f "$f" ] && install -D -m 644 "$f" "$OUT/ray_multi_gpu/${f#"$folder"/}"
+  done
+}
+
+rayoverhead() {  # the local executor vs Ray on GPU 0, each bench a fresh process
+  echo "== Ray vs local, one GPU"
+  "$PY" bench/ray_overhead.py --target cuda "$@" 2>&1 | grep -v -E "WARNING|INFO" | tee "$OUT/ray_overhead.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+}
+
 case "$MODE" in
   probe) probe ;;
   tests) probe; tests; inline_report ;;
@@ -152,8 +179,11 @@ case "$MODE" in
   fidelity) fidelity "$@" ;;
   builtin) probe; builtin "$@" ;;
   footprint) probe; footprint "$@" ;;
+  scaling) probe; scaling "$@" ;;
+  rayoverhead) probe; rayoverhead "$@" ;;
   all) probe; tests; inline_report; isolation; bench "$@"; fidelity ;;
-  *) echo "usage: $0 [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint] [bench args]"; exit 2 ;;
+  *) echo "usage: $0 [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead] [args]"
+     exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1
 [ -f "$OUT/time_to_verdict_gpu.md" ] && cat "$OUT/time_to_verdict_gpu.md"
