@@ -87,9 +87,13 @@ def test_submounts_are_found_from_mountinfo():
 
 
 @pytest.mark.skipif(not ISOLATED, reason=f"no OS isolation here: {isolation.status()[1]}")
-@pytest.mark.parametrize("kernel", ["mount_setattr", "before 5.12"])
-def test_a_tree_with_a_mount_inside_is_bound_whole_and_read_only(tmp_path, kernel):
-    tree, workdir = tmp_path / "tree", tmp_path / "work"
+@pytest.mark.parametrize("kernel,workdir_inside", [("mount_setattr", False), ("before 5.12", False),
+                                                    ("mount_setattr", True)])
+def test_a_tree_with_a_mount_inside_is_bound_whole_and_read_only(tmp_path, kernel, workdir_inside):
+    """workdir_inside: the private directory (and so the new root, beside it) inside the bound tree, as when a
+    project under /tmp is on sys.path: the new root's own mounts must not be taken for the tree's."""
+    tree = tmp_path / "tree"
+    workdir = tree / "work" if workdir_inside else tmp_path / "work"
     (tree / "mounted").mkdir(parents=True)
     workdir.mkdir()
     (tree / "outer.txt").write_text("outer")

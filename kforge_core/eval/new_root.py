@@ -74,7 +74,9 @@ def _remount_readonly(libc, path: str) -> None:
     _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | _locked(path) | MS_RDONLY)
 
 
-def _bind(libc, source: str, target: str, rw: bool) -> None:
+def _bind(libc, source: str, target: str, rw: bool, inherited: list[str] | None = None) -> None:
+    """Bind `source` at `target`, read-only unless `rw`. `inherited`: the mount points this namespace started with
+    (only those are locked to the tree they sit in; the new root's own mounts are not)."""
     if source in RECURSIVE:  # a tree with mounts inside, which a user namespace may not split from it
         os.makedirs(target, exist_ok=True)
         _mount(libc, source, target, None, MS_BIND | MS_REC)
@@ -89,7 +91,7 @@ def _bind(libc, source: str, target: str, rw: bool) -> None:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if not os.path.exists(target):
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o600))
-    inner = submounts(source) if os.path.isdir(source) else []
+    inner = submounts(source, inherited) if os.path.isdir(source) else []
     if inner:
         # A mount namespace of a user namespace may not bind a tree without what is mounted inside it (mount(2):
         # EINVAL, it would reveal what those mounts cover): /usr with the GPU driver's /usr/local/nvidia on the
@@ -123,6 +125,7 @@ def build_root(libc, p: dict) -> None:
     """In PID 1 of the new namespaces: the new root of plan `p` (`isolation.plan`), pivoted into; the working
     directory is the plan's workdir."""
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates back to the host
+    inherited = mount_points()  # before any mount of ours: a source holding the new root must not take it along
     root = p["root"]
     os.makedirs(root, exist_ok=True)
     _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m")
@@ -138,7 +141,7 @@ def build_root(libc, p: dict) -> None:
     covers = []
     for _, kind, op in sorted(ops, key=lambda o: (o[0], o[1])):
         if kind == 0:
-            _bind(libc, op["source"], root + op["target"], op["rw"])
+            _bind(libc, op["source"], root + op["target"], op["rw"], inherited)
         elif os.path.isdir(op):
             os.makedirs(root + op, exist_ok=True)
             _mount(libc, "tmpfs", root + op, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,mode=0755")
@@ -156,7 +159,7 @@ def build_root(libc, p: dict) -> None:
         with open(c["source"], "rb") as src, open(root + c["target"], "wb") as dst:
             dst.write(src.read(1 << 20))
     for dev in p.get("devs", []):
-        _bind(libc, dev, root + dev, True)
+        _bind(libc, dev, root + dev, True, inherited)
     os.makedirs(root + "/dev/shm", exist_ok=True)
     _mount(libc, "tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
