@@ -96,6 +96,27 @@ def test_progress_channel_drops_junk_and_bounds_stages(tmp_path):
     ch.close()
 
 
+def test_supervisor_wakes_when_the_child_writes(tmp_path):
+    """The caller's wait between polls ends as soon as the child writes (a relay request is answered at once, not
+    at the next 20 ms poll: those idle gaps made the candidate's OpenMP region run on one vCPU of the 2-core box);
+    with nothing written it waits its whole timeout."""
+    ch = ProgressChannel(tmp_path)
+    fd = os.open(ch.paths["stages"], os.O_WRONLY)
+    writer = threading.Timer(0.2, lambda: os.write(fd, json.dumps({"stage": "timing"}).encode() + b"\n"))
+    writer.start()
+    start = time.monotonic()
+    ch.wait(30.0)
+    woke = time.monotonic() - start
+    writer.join()
+    assert woke < 20.0, woke  # a broken wake-up sleeps the full 30 s
+    ch.pump()
+    start = time.monotonic()
+    ch.wait(0.3)
+    assert time.monotonic() - start >= 0.25  # drained: nothing wakes it early
+    os.close(fd)
+    ch.close()
+
+
 def test_baseline_relay_refuses_out_of_order_trials():
     """Nothing the child sends can add or replace a baseline sample: trials only in order, warm-ups only first."""
     class FakeServer:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,6 +64,20 @@ class ProgressChannel:
 
     def request_fields(self) -> dict:
         return {f"{name}_fifo": str(path) for name, path in self.paths.items()}
+
+    def wait(self, seconds: float) -> None:
+        """Until the child writes something, or `seconds`: a relay request (the judge asking for the torch.compile
+        baseline's time, every trial) is answered at once instead of at the next poll. With a fixed 20 ms poll every
+        trial left the machine idle for ~10 ms while the judge waited, and on the 2-core VM an OpenMP region after an
+        idle machine ran with both its threads on one vCPU: the candidate timed right after at one-thread speed."""
+        fd = self.fds.get("stages")
+        if fd is None:
+            time.sleep(seconds)
+            return
+        try:
+            select.select([fd], [], [], seconds)
+        except (OSError, ValueError):
+            time.sleep(seconds)
 
     def pump(self) -> None:
         """Read and handle whatever the child has written so far (non-blocking)."""

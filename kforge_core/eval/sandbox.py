@@ -167,6 +167,13 @@ class Supervision:
         self.channel, self.cancel = channel, cancel
         self.cancelled = False
 
+    def wait(self, seconds: float) -> None:
+        """Sleep until the next poll, or until the child writes to its progress channel (answered at once)."""
+        if self.channel is not None:
+            self.channel.wait(seconds)
+        else:
+            time.sleep(seconds)
+
     def tick(self) -> bool:
         """False when the child must be stopped now."""
         if self.channel is not None:
@@ -198,7 +205,10 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
                 if session_memory_mb(pid, within_mb=memory_limit_mb) > memory_limit_mb:
                     memory_exceeded = True
                     break
-            time.sleep(0.02)
+            if supervision is not None:
+                supervision.wait(0.02)
+            else:
+                time.sleep(0.02)
     except BaseException:
         _kill_group(pid, group)
         raise
