@@ -165,15 +165,20 @@ def main() -> int:
                           "speedup": base["wall_s"] / run["wall_s"],
                           "overhead_s": (k * run["wall_s"] - busy) / n,
                           "median_run_s": statistics.median(r.get("wall_s") or 0 for r in run["records"]),
+                          # the bench's fixed start: until its first problem began on a worker (job, worker, code)
+                          "first_start_s": min((r["queued_s"] for r in run["records"]
+                                                if isinstance(r.get("queued_s"), (int, float))), default=None),
                           "same": same, "diff": diff})
     print("\nsuite        GPUs  problems  correct  wall s  problems/min  speedup  % of linear  overhead/task s  "
-          "verdicts = 1 GPU")
+          "first start s  verdicts = 1 GPU")
     for r in table:
+        first = f"{r['first_start_s']:.1f}" if r.get("first_start_s") is not None else "-"
         print(f"{r['suite']:<12} {r['gpus']:>4}  {r['problems']:>8}  {r['correct']:>7}  {r['wall_s']:>6.0f}  "
               f"{r['per_min']:>12.1f}  {r['speedup']:>6.2f}x  {100 * r['speedup'] / r['gpus']:>10.0f}%  "
-              f"{r['overhead_s']:>15.2f}  {'yes' if r['same'] else 'NO: ' + r['diff']}")
+              f"{r['overhead_s']:>15.2f}  {first:>13}  {'yes' if r['same'] else 'NO: ' + r['diff']}")
     (out / "scaling.json").write_text(json.dumps(table, indent=1))
-    print(f"\n(per-task overhead: GPU time outside the problems' own runs, per problem; {out / 'scaling.json'})")
+    print(f"\n(per-task overhead: GPU time outside the problems' own runs, per problem; first start: from the bench's "
+          f"start until its first problem began on a worker, paid once per bench; {out / 'scaling.json'})")
     return 1 if mismatch else 0
 
 
