@@ -28,8 +28,10 @@ point); the gallery at CPU sizes on the CPU target, at its own (GPU) sizes elsew
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,9 +54,6 @@ def _bench(suite: str, target: str, out: Path, cluster: str | None, best_of_k: i
     """One bench as a user runs it: a fresh `python -m kforge_core bench` process, timed from its start to its
     exit. In-process, the local bench would find the imports, the fork servers and the pre-started children of
     the bench before it, while Ray's workers start afresh each time: the difference would be that, not Ray."""
-    import json
-    import subprocess
-
     cmd = [sys.executable, "-m", "kforge_core", "bench", "--suite", suite, "--target", target, "--agent", "builtin",
            "--out", str(out), "--db", str(out / "runs.db"), "--max-functional-iters", "1",
            "--max-optimization-iters", "0", "--no-baselines", "--best-of", str(best_of_k)]

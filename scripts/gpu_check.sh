@@ -13,8 +13,8 @@
 #   footprint: bench/eval_footprint.py on CUDA: the evaluator's peak device memory against the problem's own tensors,
 #   for a GELU at KernelBench's own 26_GELU_ sizes (4096 x 393216 fp32: 6 GiB in, 6 GiB out); goal peak <= 3x
 #   scaling: scripts/ray_multi_gpu.py (issue 28: Ray over 1, 2 and all GPUs of this host), stopped after
-#   $SCALING_TIMEOUT s (default 560, inside a 600 s call) so that what finished still comes back: each finished
-#   bench is copied to $OUT as it ends; its own folder (bench/out/ray_multi_gpu) stays for --reuse on a warm machine
+#   $SCALING_TIMEOUT s (default 560, inside a 600 s call) so that the finished benches are still copied to $OUT;
+#   its own folder (bench/out/ray_multi_gpu) stays for --reuse on a warm machine
 #   rayoverhead: bench/ray_overhead.py on one GPU (issue 27: the local executor vs Ray, fresh processes, same suite)
 #   (both need Ray: pip install -r requirements-ray.txt, or its wheels carried where nothing can be fetched)
 #
@@ -148,16 +148,12 @@ footprint() {  # the evaluator's memory at KernelBench's sizes (issue 26: out of
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
-scaling() {  # Ray over this host's GPUs; a finished bench's files are copied to $OUT as soon as it ends
+scaling() {  # Ray over this host's GPUs, stopped inside the call's limit so that the finished benches come back
   echo "== Ray scaling"
   local folder="$PWD/bench/out/ray_multi_gpu"
-  ( while sleep 5; do for f in "$folder"/*/scaling_run.json "$folder"/scaling.json; do [ -f "$f" ] && \
-      install -D -m 644 "$f" "$OUT/ray_multi_gpu/${f#"$folder"/}"; done; done ) &
-  local copier=$!
   timeout "${SCALING_TIMEOUT:-560}" "$PY" scripts/ray_multi_gpu.py --out "$folder" "$@" 2>&1 | grep -v WARNING | \
     tee "$OUT/scaling.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
-  kill "$copier" 2>/dev/null
   for f in "$folder"/*/scaling_run.json "$folder"/*/results.json "$folder"/scaling.json; do
     [ -f "$f" ] && install -D -m 644 "$f" "$OUT/ray_multi_gpu/${f#"$folder"/}"
   done

@@ -144,14 +144,16 @@ def test_input_check_in_the_candidates_process():
         pass
 
     x, y = torch.randn(64, 33), torch.arange(5)
-    w = SimpleNamespace(inputs=[x, [y]], inputs_print=fingerprint([x, [y]]))
+    w = SimpleNamespace(inputs=[x, [y]], inputs_print=fingerprint([x, [y]]), inputs_checked=None)
     assert _Worker._inputs_changed(w) is False
     x[3, 7] += 1.0
+    w.inputs_checked = None  # as a new call on the same inputs does (op_time)
     assert _Worker._inputs_changed(w) is True
     x[3, 7] -= 1.0
     x.__class__ = Sub
+    w.inputs_checked = None
     assert _Worker._inputs_changed(w) is True
-    assert _Worker._inputs_changed(SimpleNamespace(inputs=None, inputs_print=None)) is False
+    assert _Worker._inputs_changed(SimpleNamespace(inputs=None, inputs_print=None, inputs_checked=None)) is False
 
 
 def test_only_first_output_right(verdicts):

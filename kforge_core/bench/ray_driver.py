@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import KForgeError, UsageError
 from .cluster import INSTALL_HINT, resource_names, task_resources
@@ -43,8 +44,6 @@ SHIP_EXCLUDES = ["**/__pycache__", "*.pyc"]
 
 def ship_excludes(root) -> list[str]:
     """Ray's excludes (gitignore patterns, anchored at the working directory) that leave only SHIPPED."""
-    from pathlib import Path
-
     return SHIP_EXCLUDES + sorted(f"/{p.name}" for p in Path(root).iterdir() if p.name not in SHIPPED)
 
 

@@ -69,9 +69,11 @@ def submounts(source: str, points: list[str] | None = None) -> list[str]:
     return sorted(inside, key=lambda m: (m.count("/"), m))
 
 
-def _remount_readonly(libc, path: str) -> None:
-    """One mount read-only, keeping the flags its source has locked (see _LOCKED)."""
-    _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | _locked(path) | MS_RDONLY)
+def _remount(libc, path: str, flags_of: str, readonly: bool, extra: int = 0) -> None:
+    """Remount the bind at `path` nosuid (and read-only), keeping the flags `flags_of`'s mount has locked (a
+    source mounted read-only stays read-only: its flag is among the locked ones)."""
+    _mount(libc, None, path, None,
+           MS_BIND | MS_REMOUNT | MS_NOSUID | extra | _locked(flags_of) | (MS_RDONLY if readonly else 0))
 
 
 def _bind(libc, source: str, target: str, rw: bool, inherited: list[str] | None = None) -> None:
@@ -98,7 +100,7 @@ def _bind(libc, source: str, target: str, rw: bool, inherited: list[str] | None 
         # lent GPU machines. Bound with its mounts, each made read-only too (a read-only bind stays read-only).
         _mount(libc, source, target, None, MS_BIND | MS_REC)
         if rw:
-            _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | _locked(source))
+            _remount(libc, target, source, readonly=False)
             return
         try:
             _readonly_tree(libc, target)
@@ -106,11 +108,10 @@ def _bind(libc, source: str, target: str, rw: bool, inherited: list[str] | None 
         except OSError:  # before Linux 5.12: one mount at a time; any failure aborts the isolated child
             top = os.path.realpath(source).rstrip("/")
             for path in [target] + [target + m[len(top):] for m in inner]:
-                _remount_readonly(libc, path)
+                _remount(libc, path, path, readonly=True, extra=MS_NODEV)
             return
     _mount(libc, source, target, None, MS_BIND)
-    # (a source mounted read-only stays read-only: its flag is among the locked ones)
-    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | _locked(source) | (0 if rw else MS_RDONLY))
+    _remount(libc, target, source, readonly=not rw)
 
 
 def _locked(path: str) -> int:

@@ -205,10 +205,7 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
                 if session_memory_mb(pid, within_mb=memory_limit_mb) > memory_limit_mb:
                     memory_exceeded = True
                     break
-            if supervision is not None:
-                supervision.wait(0.02)
-            else:
-                time.sleep(0.02)
+            (supervision.wait if supervision is not None else time.sleep)(0.02)
     except BaseException:
         _kill_group(pid, group)
         raise

@@ -31,7 +31,6 @@ from .trace_nodes import export_nodes, fx_nodes, graph_signature, record_values
 from .trace_values import describe_modules, init_encoding
 
 
-
 class TraceFailed(Exception):
     """The problem could not be traced; the message says why, for the user. `untraceable`: neither torch.fx nor
     torch.export can read the module (a limit of the tracer, not a failure of the run: the child ran fine)."""

@@ -206,9 +206,8 @@ class RemoteCandidate:
     def stage(self, inputs: list) -> list | None:
         """The candidate's copy of `inputs`, written into the arena now and returned as tensors over it (host
         memory, no copy of the judge's own); None where an input cannot cross that way. Called with exactly these
-        tensors, the next call sends them as they are, and the inputs as the candidate's process left them are read
-        there, in the arena (the mutation check), not copied back. The judge never takes values *from* these
-        tensors for its own use: the candidate's process can write them at any time."""
+        tensors, the next call sends them as they are. The judge never takes values *from* these tensors for its
+        own use: the candidate's process can write them at any time."""
         layout, out_offset = self._put_inputs(tuple(inputs))
         views = shared.views(self.arena, layout)
         if views is None:
