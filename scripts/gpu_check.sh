@@ -14,7 +14,10 @@
 #   for a GELU at KernelBench's own 26_GELU_ sizes (4096 x 393216 fp32: 6 GiB in, 6 GiB out); goal peak <= 3x
 #   scaling: scripts/ray_multi_gpu.py (issue 28: Ray over 1, 2 and all GPUs of this host), stopped after
 #   $SCALING_TIMEOUT s (default 560, inside a 600 s call) so that the finished benches are still copied to $OUT;
-#   its own folder (bench/out/ray_multi_gpu) stays for --reuse on a warm machine
+#   its own folder (bench/out/ray_multi_gpu) stays for --reuse on a warm machine; a machine goes back 30 s after a
+#   call, so to go on in a later call, copy the returned <suite>-<k>gpu/scaling_run.json (and runs.db) back into
+#   bench/out/ray_multi_gpu/ here and name that folder in the call's carry: --reuse reads a bench made on the same
+#   kind of device only
 #   rayoverhead: bench/ray_overhead.py on one GPU (issue 27: the local executor vs Ray, fresh processes, same suite)
 #   (both need Ray: pip install -r requirements-ray.txt, or its wheels carried where nothing can be fetched)
 #
@@ -154,7 +157,7 @@ scaling() {  # Ray over this host's GPUs, stopped inside the call's limit so tha
   timeout "${SCALING_TIMEOUT:-560}" "$PY" scripts/ray_multi_gpu.py --out "$folder" "$@" 2>&1 | grep -v WARNING | \
     tee "$OUT/scaling.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
-  for f in "$folder"/*/scaling_run.json "$folder"/*/results.json "$folder"/scaling.json; do
+  for f in "$folder"/*/scaling_run.json "$folder"/*/results.json "$folder"/*/runs.db "$folder"/scaling.json; do
     [ -f "$f" ] && install -D -m 644 "$f" "$OUT/ray_multi_gpu/${f#"$folder"/}"
   done
 }

@@ -21,7 +21,8 @@ Ray must be installed (pip install -r requirements-ray.txt); the script tries th
 afresh (its output folder is cleared), the 1-GPU run first, since the others are compared with it. Where even one
 suite does not fit a call, split it by GPU count with --reuse and the same --out on the same (warm) machine:
 `--gpus 1 --reuse`, then `--gpus 1,2 --reuse`: a GPU count whose finished bench is already in --out (same suite,
-target and settings) is read back instead of run again; the others still start afresh.
+target and settings, same kind of device) is read back instead of run again; the others still start afresh. A
+device machine goes back soon after a call: carry the finished <suite>-<k>gpu folders to the next one.
 """
 
 from __future__ import annotations
@@ -80,9 +81,48 @@ def _bench(suite: str, out: Path, gpus: int, args, size_class: str | None) -> di
         wall = time.perf_counter() - start
     records = json.loads((out / "results.json").read_text())["problems"]
     run = {"gpus": gpus, "wall_s": wall, "records": records, "summary": summary, "settings": _settings(suite, args),
+           "device": _device(args),
            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     (out / "scaling_run.json").write_text(json.dumps(run, indent=1, default=str))
     return run
+
+
+def _stage(name: str) -> str:
+    """A stage's kind: "checking seed 3/5" and "re-timing: noisy timing" are one kind each."""
+    name = name.split(":")[0].strip()
+    return "checking seeds" if name.startswith("checking seed") else name
+
+
+def stage_seconds(db: Path) -> dict[str, float]:
+    """Seconds spent in each evaluation stage, summed over a bench's problems, from its run store: from each stage's
+    event to the run's next event. "synthesis" runs from the run's start to its first stage; "verdict" from the
+    last stage to the verdict; what follows the verdict (profile, bookkeeping) until the run ends is "after".
+    Side by side for 1 and k GPUs, it shows which stage grows when k problems run at once."""
+    import sqlite3
+
+    totals: dict[str, float] = {}
+    if not db.is_file():
+        return totals
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT run_id, ts, kind, data FROM events ORDER BY run_id, seq").fetchall()
+    finally:
+        con.close()
+    runs: dict[str, list] = {}
+    for run_id, ts, kind, data in rows:
+        runs.setdefault(run_id, []).append((datetime.fromisoformat(ts).timestamp(), kind, data))
+    for events in runs.values():
+        current = "synthesis"
+        for (t, kind, data), (t_next, _, _) in zip(events, events[1:]):
+            if kind == "eval_stage":
+                try:
+                    current = _stage(str(json.loads(data or "{}").get("stage", "")))
+                except ValueError:
+                    current = "eval_stage"
+            elif kind == "verdict":
+                current = "after"
+            totals[current] = totals.get(current, 0.0) + (t_next - t)
+    return totals
 
 
 def _settings(suite: str, args) -> dict:
@@ -90,12 +130,20 @@ def _settings(suite: str, args) -> dict:
     return {"suite": suite, "target": args.target, "level": args.level, "full": args.full, "best_of": args.best_of}
 
 
+def _device(args) -> str:
+    from kforge_core.platform import get_platform
+
+    return get_platform(args.target).device_name()
+
+
 def _reused(folder: Path, suite: str, args) -> dict | None:
+    """A finished bench of an earlier call, if it was made with these settings on this kind of device (a later
+    call may land on another machine: an H100 bench is no baseline for H200s)."""
     try:
         run = json.loads((folder / "scaling_run.json").read_text())
     except (OSError, ValueError):
         return None
-    return run if run.get("settings") == _settings(suite, args) else None
+    return run if run.get("settings") == _settings(suite, args) and run.get("device") == _device(args) else None
 
 
 def main() -> int:
@@ -176,6 +224,15 @@ def main() -> int:
         print(f"{r['suite']:<12} {r['gpus']:>4}  {r['problems']:>8}  {r['correct']:>7}  {r['wall_s']:>6.0f}  "
               f"{r['per_min']:>12.1f}  {r['speedup']:>6.2f}x  {100 * r['speedup'] / r['gpus']:>10.0f}%  "
               f"{r['overhead_s']:>15.2f}  {first:>13}  {'yes' if r['same'] else 'NO: ' + r['diff']}")
+    stages = {(r["suite"], r["gpus"]): stage_seconds(out / f"{r['suite']}-{r['gpus']}gpu" / "runs.db") for r in table}
+    names = sorted({n for st in stages.values() for n in st}, key=lambda n: -max(st.get(n, 0) for st in stages.values()))
+    if names:
+        print("\nseconds per stage, summed over the problems (which stage grows when problems run at once)")
+        print(f"{'suite':<12} {'GPUs':>4}  " + "  ".join(f"{n[:22]:>22}" for n in names))
+        for (suite, k), st in stages.items():
+            print(f"{suite:<12} {k:>4}  " + "  ".join(f"{st.get(n, 0):>22.1f}" for n in names))
+    for r in table:
+        r["stage_s"] = stages.get((r["suite"], r["gpus"]), {})
     (out / "scaling.json").write_text(json.dumps(table, indent=1))
     print(f"\n(per-task overhead: GPU time outside the problems' own runs, per problem; first start: from the bench's "
           f"start until its first problem began on a worker, paid once per bench; {out / 'scaling.json'})")
