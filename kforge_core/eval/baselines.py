@@ -2,7 +2,8 @@
 
 Before: every evaluation child compiled the problem again (10-18 s with inductor's caches warm, 85 s cold on the
 2-core box). Now one baseline server per key -- problem digest, size class, target, device, torch version -- is
-started on the first evaluation that needs it and answers every later one. Interleaving is kept: the evaluation
+started as a run begins (`evaluator.prepare`, beside the agent's first generation) or else by the first evaluation
+that needs it, and answers every later one. Interleaving is kept: the evaluation
 child, at the compiled baseline's turn in a trial, sends a relay request through its progress channel; the caller
 (this module's `BaselineRelay`) has the server time the baseline on that trial's inputs (made from the same seed)
 and keeps the time itself, then lets the child go on. The child never sees the baseline's numbers.
@@ -215,28 +216,54 @@ class BaselineRelay:
 
 
 _servers: OrderedDict[str, BaselineServer] = OrderedDict()
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _servers, _key_locks and _building; never held while a server starts
+_key_locks: dict[str, threading.Lock] = {}  # one per key: a build of one problem's server blocks no other problem
+_building: set[str] = set()  # keys whose server `get` is starting now (a caller about to wait for it can say so)
+
+
+def building(key: str) -> bool:
+    with _lock:
+        return key in _building
+
+
+def _key_lock(key: str) -> threading.Lock:
+    with _lock:
+        return _key_locks.setdefault(key, threading.Lock())
 
 
 def get(key: str, make: Callable[[], BaselineServer]) -> BaselineServer:
-    """The server for `key`, started with `make()` if there is none (or it died)."""
-    with _lock:
-        server = _servers.get(key)
-        if server is not None and server.dead and server.error is None and server.problem_error is None:
-            _servers.pop(key)
-            server = None
-        if server is None:
+    """The server for `key`, started with `make()` if there is none (or it died). A caller asking for a key whose
+    server is being started waits for that start (and gets its server) instead of starting another."""
+    with _key_lock(key):
+        with _lock:
+            server = _servers.get(key)
+            if server is not None and server.dead and server.error is None and server.problem_error is None:
+                _servers.pop(key)
+                server = None
+            if server is not None:
+                _servers.move_to_end(key)
+                return server
+            _building.add(key)
+        try:
             server = make()
+        finally:
+            with _lock:
+                _building.discard(key)
+        with _lock:
             _servers[key] = server
+            evicted = []
             while len(_servers) > MAX_SERVERS:
-                _servers.popitem(last=False)[1].close()
-        _servers.move_to_end(key)
-        return server
+                evicted.append(_servers.popitem(last=False)[1])
+    for old in evicted:
+        old.close()
+    return server
 
 
 def release(key: str) -> None:
-    with _lock:
-        server = _servers.pop(key, None)
+    """Close `key`'s server; a start of it under way is waited for (stop it first: its `cancel`)."""
+    with _key_lock(key):
+        with _lock:
+            server = _servers.pop(key, None)
     if server is not None:
         server.close()
 

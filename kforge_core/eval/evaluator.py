@@ -16,7 +16,7 @@ from ..problem import Problem, ProblemReport
 from . import baselines, ceilings, judged
 from .harness import watchdog
 from .memory_use import default_memory_limit_mb
-from .sandbox import ChildOutcome, run_child
+from .sandbox import ChildOutcome, prestart, run_child
 from .tolerance import get_policy
 from .verdict import Timing, Verdict, mark_noise
 
@@ -101,12 +101,32 @@ def _shared_baseline(problem: Problem, platform, options: EvalOptions, on_stage,
                                         limit_address_space=platform.limit_address_space,
                                         timeout_s=options.timeout_s, on_stage=on_stage, cancel=cancel)
 
+    if on_stage is not None and baselines.building(key):
+        on_stage({"stage": "waiting for the torch.compile baseline (being built since the run started)"})
     try:
         return baselines.get(key, make)
     except baselines.EvaluationCancelledDuringStart:
         raise EvaluationCancelled() from None
     except SandboxError:
         return None  # the child builds its own baseline (and reports a problem error itself)
+
+
+def prepare(problem: Problem, target: str, options: EvalOptions, cancel: Callable[[], bool] | None = None) -> None:
+    """Start what this problem's evaluations will need before the first one asks: the fork server and its first
+    pre-started children, and the run's torch.compile baseline (built once per run; seconds to minutes). A run
+    calls it in a thread of its own as it begins, so these overlap the agent's first generation instead of
+    following it. Never raises: whatever did not start here is started (or reported) by the evaluation itself.
+    `cancel()` turning True stops a baseline build still under way (the run ended first)."""
+    platform = get_platform(target, require_available=True)
+    # an early start only: the evaluation that needs either one starts it again or says why it could not
+    for start in (lambda: prestart(platform.name, options.memory_limit_mb, platform.limit_address_space),
+                  lambda: _shared_baseline(problem, platform, options, None, cancel)):
+        if cancel is not None and cancel():
+            return
+        try:
+            start()
+        except Exception:  # noqa: BLE001 - see above
+            pass
 
 
 def evaluate(problem: Problem, candidate_source: str, target: str, options: EvalOptions | None = None, *,

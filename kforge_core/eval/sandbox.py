@@ -212,6 +212,23 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
     return timed_out, memory_exceeded
 
 
+def prestart(target: str, memory_limit_mb: int | None, limit_address_space: bool) -> None:
+    """Start the fork server that `target`'s evaluations fork from and pre-start its first children, as
+    `run_child` would on its first call: a run calls this as it begins, so that its first evaluation does not
+    wait for them. Raises SandboxError where the server cannot start (evaluations then spawn, as they would)."""
+    from ..platform import get_platform
+    from . import forkserver, warm_pool
+
+    platform = get_platform(target)
+    if not (platform.fork_server_safe and forkserver.enabled()):
+        return
+    isolated, _ = isolation_status()
+    server = forkserver.get(child_environment(Path(tempfile.gettempdir()), isolated),
+                            forkserver.kind_for({"target": platform.name}))
+    if warm_pool.enabled():
+        server.pool.prime(warm_pool.Spec.of(platform.name, memory_limit_mb, limit_address_space, isolated))
+
+
 def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
               limit_address_space: bool, module: str = "kforge_core.eval.harness.child",
               fork_server_safe: bool = False, collect=None, on_stage=None, relay=None, cancel=None,

@@ -150,6 +150,14 @@ class WarmPool:
         self._refill(spec)
         return slot
 
+    def prime(self, spec: Spec) -> None:
+        """Pre-start this kind's children before any evaluation asks (a run that is about to need them)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._slots.setdefault(spec, [])
+        self._refill(spec)
+
     def _refill(self, spec: Spec) -> None:
         with self._lock:
             if self._closed or spec not in self._slots:

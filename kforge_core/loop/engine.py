@@ -37,6 +37,7 @@ feedback.py (what the agents are told about earlier attempts). This module decid
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,7 +45,7 @@ from collections.abc import Callable, Iterator
 from ..agents.base import AnalysisAgent, GenerationAgent
 from ..errors import KForgeError
 from ..eval import baselines
-from ..eval.evaluator import evaluate, head_to_head
+from ..eval.evaluator import evaluate, head_to_head, prepare
 from ..eval.verdict import Verdict
 from ..platform import get_platform
 from ..problem import load_problem
@@ -96,10 +97,13 @@ class Synthesis(CandidateSteps):
         self.stop_reason = ""
         self.unsupported = False  # the agent said, on the first functional step, it cannot write this problem
         self.finished = False
+        self._preparing = threading.Event()  # set by _close: a baseline build started for this run stops
+        self._prepare_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------------------ dispatch
     def events(self) -> Iterator[LoopEvent]:
         """The run as events; always ends with one RunFinished (a bug is re-raised after it)."""
+        self._prepare_evaluations()
         try:
             yield from self._judge_start_program()
             nxt = Next.OPTIMIZE if self.state.best is not None else Next.RETRY
@@ -135,6 +139,25 @@ class Synthesis(CandidateSteps):
             yield ErrorReported(message=message, where="loop")
             yield from self._close("failed", message)
             raise
+
+    def _prepare_evaluations(self) -> None:
+        """Start the evaluator's fork server, first children and the run's torch.compile baseline now, in a
+        thread, so that they overlap the first generation (a model's reply takes seconds; the baseline, seconds to
+        minutes on a CPU) instead of delaying the first verdict. Only with the real evaluator, on this machine
+        (evaluations placed on Ray's devices start their own there); KFORGE_PREPARE=0 turns it off."""
+        if self._evaluate is not evaluate or self.parallel_evaluations or \
+                os.environ.get("KFORGE_PREPARE", "1").strip().lower() in ("0", "false", "no", "off"):
+            return
+        options = self._eval_options(FUNCTIONAL)
+        stop = self._preparing
+
+        def cancelled() -> bool:
+            return stop.is_set() or self._cancel.is_set()
+
+        self._prepare_thread = threading.Thread(
+            target=prepare, args=(self.problem, self.platform.name, options, cancelled), daemon=True,
+            name="kforge-prepare")
+        self._prepare_thread.start()
 
     def _head_to_head(self) -> Iterator[LoopEvent]:
         """Best means best: the top contenders re-timed side by side in one evaluation; the fastest there wins
@@ -193,6 +216,7 @@ class Synthesis(CandidateSteps):
             yield self._finished(Attempt(index, pass_name, CANCELLED_ITERATION_STATUS,
                                          f"{STOPPED} ({self.stop_reason or status})", endpoint_failure=True))
         self.finished = True
+        self._preparing.set()  # a baseline still being built for this run stops (release would wait for it)
         if self._evaluate is evaluate:  # the run's warm baseline: built once per run, closed with it
             baselines.release(baselines.key_for(self.problem.source, self.config.size_class, self.platform.name,
                                                 self.platform.device_name()))

@@ -1,0 +1,151 @@
+"""A run starts what its evaluations need as it begins (`evaluator.prepare`): the fork server and the run's
+torch.compile baseline are built beside the agent's first generation, not after it; a run that ends first stops a
+build still under way; one problem's baseline build blocks no other problem's evaluations.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from kforge_core.eval import baselines
+from kforge_core.eval.evaluator import evaluate
+from kforge_core.loop import Synthesis
+from tests.loop_fixtures import FAST_TIMING, FIXTURES, ScriptedAgent, offline_config, scripted_evaluate, wait_for
+
+# get_init_inputs sleeps only in the torch.compile baseline server (a slow build, whatever the machine)
+SLOW_IN_SERVER = '''
+import sys, time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(32, 32)]
+
+
+def get_init_inputs():
+    if sys.argv and sys.argv[0].endswith("baseline_server.py"):
+        time.sleep(SECONDS)
+    return []
+'''
+
+
+def _problem(seconds: float) -> str:
+    return SLOW_IN_SERVER.replace("SECONDS", str(seconds))
+
+
+def _key(loop: Synthesis) -> str:
+    return baselines.key_for(loop.problem.source, loop.config.size_class, loop.platform.name,
+                             loop.platform.device_name())
+
+
+class WaitsForTheBuild(ScriptedAgent):
+    """A model that takes as long as the baseline build needs to begin: the run's build must start during it."""
+
+    loop: Synthesis
+
+    def generate(self, request, on_token=None):
+        wait_for(lambda: baselines.building(_key(self.loop)), 60, "the baseline build to start during generation")
+        return super().generate(request, on_token)
+
+
+def test_the_baseline_is_built_while_the_agent_writes_the_first_program():
+    started_by: list[str] = []
+    real_init = baselines.BaselineServer.__init__
+
+    def recording_init(self, *a, **kw):
+        started_by.append(threading.current_thread().name)
+        real_init(self, *a, **kw)
+
+    cfg = offline_config(problem_source=_problem(3), eval_baselines=True, eval_timing_options=FAST_TIMING,
+                         max_functional_iters=1, max_optimization_iters=0)
+    agent = WaitsForTheBuild([(FIXTURES / "correct_fast.py").read_text()])
+    baselines.BaselineServer.__init__ = recording_init
+    try:
+        loop = agent.loop = Synthesis(cfg, agent, agent, evaluate_fn=evaluate)
+        events = list(loop.events())
+    finally:
+        baselines.BaselineServer.__init__ = real_init
+    assert started_by == ["kforge-prepare"]  # one build for the run, begun by the run, not by its evaluation
+    stages = [e.stage for e in events if e.kind == "eval_stage" and e.iteration == 0]
+    assert "waiting for the torch.compile baseline (being built since the run started)" in stages, stages
+    assert "building the torch.compile baseline" not in stages
+    (done,) = [e for e in events if e.kind == "iteration_finished"]
+    assert done.status == "correct" and done.speedup_vs_compiled is not None, done.reason
+    assert _key(loop) not in baselines._servers  # released with the run
+
+
+def test_a_run_that_ends_first_stops_the_build():
+    cfg = offline_config(problem_source=_problem(300), eval_baselines=True, max_functional_iters=1,
+                         max_optimization_iters=0)
+    agent = WaitsForTheBuild([None])  # no program: the run ends without an evaluation
+    loop = agent.loop = Synthesis(cfg, agent, agent, evaluate_fn=evaluate)
+    events = list(loop.events())
+    assert [e.kind for e in events][-1] == "run_finished"
+    loop._prepare_thread.join(60)  # the build would take 300 s: only a stopped one lets the thread end
+    assert not loop._prepare_thread.is_alive()
+    assert _key(loop) not in baselines._servers and not baselines.building(_key(loop))
+
+
+def test_prepare_is_off_with_a_fake_evaluator_and_when_asked(monkeypatch):
+    cfg = offline_config(eval_baselines=True, max_functional_iters=1, max_optimization_iters=0)
+    agent = ScriptedAgent(["# ms=1.0"])
+    loop = Synthesis(cfg, agent, agent, evaluate_fn=scripted_evaluate)
+    list(loop.events())
+    assert loop._prepare_thread is None
+    monkeypatch.setenv("KFORGE_PREPARE", "0")
+    loop = Synthesis(cfg, ScriptedAgent([None]), agent, evaluate_fn=evaluate)
+    list(loop.events())
+    assert loop._prepare_thread is None
+
+
+class _FakeServer:
+    dead = False
+    error = problem_error = None
+
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_one_problems_build_blocks_no_other_problem():
+    release_b = threading.Event()
+    made: list[str] = []
+
+    def slow_make():
+        made.append("b")
+        release_b.wait(30)
+        return _FakeServer()
+
+    a = baselines.get("test-key-a", _FakeServer)
+    try:
+        first_b: dict = {}
+        builder = threading.Thread(target=lambda: first_b.setdefault("s", baselines.get("test-key-b", slow_make)))
+        builder.start()
+        wait_for(lambda: baselines.building("test-key-b"), 10, "the build of b")
+        # another problem's server is handed out while b builds
+        got_a: dict = {}
+        reader = threading.Thread(target=lambda: got_a.setdefault("s", baselines.get("test-key-a", _FakeServer)))
+        reader.start()
+        reader.join(10)
+        assert got_a.get("s") is a
+        # a second caller for b waits for the build under way and gets its server: one build, not two
+        second_b: dict = {}
+        waiter = threading.Thread(target=lambda: second_b.setdefault("s", baselines.get("test-key-b", slow_make)))
+        waiter.start()
+        release_b.set()
+        builder.join(10)
+        waiter.join(10)
+        assert made == ["b"] and second_b["s"] is first_b["s"]
+    finally:
+        release_b.set()
+        for key in ("test-key-a", "test-key-b"):
+            baselines.release(key)
+    assert a.closed and first_b["s"].closed
