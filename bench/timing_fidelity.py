@@ -8,6 +8,14 @@ torch.compile baseline); the table prints each one's medians with min-max and tr
 speedups across evaluations, (max - min) / median, against the goals of issue 22: <= 10 % on the CPU box, <= 3 % on
 the GPU for kernels of 100 us or more. The machine's load average is printed with every row: on a shared box, a row
 taken under load is the box's noise, not the evaluator's.
+
+With the target's own example (our code, not a user's), each row also times the same candidate and eager *bare*,
+before the evaluation, in a fresh process under the evaluation's own timing environment (OpenMP policy and threads,
+allocator thresholds), no judge, no other process, in two ways: calls back to back, and each call after an idle gap
+as long as the one between a candidate's calls in an evaluation (30 ms). Where the two differ, the machine itself
+runs the kernel at two speeds, and an evaluation's median can land on either: on the 2-core VM box a two-thread
+OpenMP region after >= 1 ms of idle runs at about one thread's speed (an idle vCPU is slow to wake), so the spread
+there is the machine's; where they agree and the evaluation still moves, it is the evaluator's.
 """
 
 from __future__ import annotations
@@ -28,6 +36,53 @@ from kforge_core.platform import get_platform  # noqa: E402
 from kforge_core.problem import load_problem  # noqa: E402
 
 GOALS = {"cpu": 0.10, "cuda": 0.03, "triton": 0.03}
+BARE_TRIALS = 40
+IDLE_GAP_S = 0.03  # between a candidate's calls in an evaluation: 30-50 ms (inputs made, the other contenders timed)
+
+
+def _bare(problem_path: str, candidate_path: str, target: str, gap_s: float) -> tuple[float, float]:
+    """(candidate ms, eager ms), medians of calls each `gap_s` after the last, timed in a fresh process of this
+    script under the evaluation's timing environment (it decides page faults and idle OpenMP pools: a process
+    without it times something else)."""
+    import json
+    import subprocess
+
+    from kforge_core.eval.child_setup import timing_environment
+
+    out = subprocess.run([sys.executable, __file__, "--bare-child", problem_path, candidate_path, target, str(gap_s)],
+                         env={**os.environ, **timing_environment()}, capture_output=True, text=True, check=True)
+    candidate_ms, eager_ms = json.loads(out.stdout.strip().splitlines()[-1])
+    return candidate_ms, eager_ms
+
+
+def _bare_child(problem_path: str, candidate_path: str, target: str, gap: str) -> None:
+    import json
+    import time
+
+    import torch
+
+    from kforge_core.eval.harness.loading import candidate_class, import_file
+
+    platform = get_platform(target)
+    prob = import_file(Path(problem_path), "kforge_bare_problem")
+    cand = import_file(Path(candidate_path), "kforge_bare_candidate")
+    init = prob.get_init_inputs()
+    ref, new = prob.Model(*init), candidate_class(cand)(*init)
+    new.load_state_dict(ref.state_dict(), strict=False)
+    samples: dict[str, list[float]] = {"candidate": [], "eager": []}
+    with torch.no_grad():
+        for trial in range(BARE_TRIALS + 3):
+            torch.manual_seed(trial)
+            inputs = prob.get_inputs()
+            for name, model in [("candidate", new), ("eager", ref)][:: 1 if trial % 2 else -1]:
+                time.sleep(float(gap))
+                platform.synchronize()
+                start = time.perf_counter()
+                model(*inputs)
+                platform.synchronize()
+                if trial >= 3:  # the first three are warm-up
+                    samples[name].append((time.perf_counter() - start) * 1e3)
+    print(json.dumps([statistics.median(samples["candidate"]), statistics.median(samples["eager"])]))
 
 
 def _spread(values: list[float]) -> float:
@@ -41,25 +96,36 @@ def _t(t: dict | None) -> str:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--bare-child"]:
+        _bare_child(*sys.argv[2:6])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="cpu")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--problem", help="problem file (default: the target's example)")
     ap.add_argument("--candidate", help="candidate file (default: the target's example)")
     ap.add_argument("--size-class", choices=("cpu", "gpu"))
+    ap.add_argument("--no-bare", action="store_true", help="skip the bare timings of the example")
     args = ap.parse_args()
     platform = get_platform(args.target, require_available=True)
     example = platform.example()
     problem = load_problem(path=args.problem or example.problem)
     candidate = Path(args.candidate or example.candidate).read_text()
     options = EvalOptions(size_class=args.size_class)
+    bare = not (args.problem or args.candidate or args.no_bare)  # our own example only: it runs unjudged
     print(f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.device_name()}; {host.node()}, "
           f"{os.cpu_count()} cores; problem {problem.name}; {args.runs} evaluations", flush=True)
-    print("| # | status | candidate ms (min-max, n) | eager ms | torch.compile ms | vs eager | vs compile | load |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| # | status | candidate ms (min-max, n) | eager ms | torch.compile ms | vs eager | vs compile | load "
+          f"| bare candidate / eager ms: back to back | after {IDLE_GAP_S * 1e3:.0f} ms idle |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     vs_eager, vs_compiled, cand = [], [], []
     for i in range(args.runs):
         load = os.getloadavg()[0]
+        bare_cells = "- | -"
+        if bare:
+            b2b = _bare(str(example.problem), str(example.candidate), platform.name, 0.0)
+            idle = _bare(str(example.problem), str(example.candidate), platform.name, IDLE_GAP_S)
+            bare_cells = " | ".join(f"{c:.4g} / {e:.4g} ({e / c:.3f}x)" for c, e in (b2b, idle))
         v = evaluate(problem, candidate, platform.name, options).to_dict()
         se, sc = v.get("speedup_vs_eager"), v.get("speedup_vs_compiled")
         if se:
@@ -69,7 +135,8 @@ def main() -> int:
             vs_compiled.append(sc)
         noisy = f" noisy: {','.join(v['noisy'])}" if v.get("noisy") else ""
         print(f"| {i + 1} | {v['status']}{noisy} | {_t(v.get('candidate'))} | {_t(v.get('eager'))} | "
-              f"{_t(v.get('compiled'))} | {se or float('nan'):.3f}x | {sc or float('nan'):.3f}x | {load:.1f} |",
+              f"{_t(v.get('compiled'))} | {se or float('nan'):.3f}x | {sc or float('nan'):.3f}x | {load:.1f} | "
+              f"{bare_cells} |",
               flush=True)
     goal = GOALS.get(platform.name)
     print(f"\nspread across evaluations, (max - min) / median: speedup vs eager {_spread(vs_eager):.1%}, "
