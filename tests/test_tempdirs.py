@@ -24,7 +24,6 @@ from kforge_core import tempdirs
 from kforge_core.eval import isolation
 from kforge_core.platform import REPO_ROOT
 
-ISOLATED = isolation.status()[0]
 
 
 @pytest.fixture
@@ -252,12 +251,15 @@ def test_tmpdir_is_respected_and_each_root_gets_its_own_directory(private_tmp, m
     assert first.is_dir()
 
 
-@pytest.mark.skipif(not ISOLATED, reason=f"no OS isolation here: {isolation.status()[1]}")
 def test_an_isolated_child_sees_no_sibling_directory(private_tmp):
     """Moving every workdir under one parent must not show a candidate the others: in its new root the parent holds
     its own directory only (not the fork server's, not another evaluation's), a sibling's file cannot be read by
     its path, and a sweep run inside the child removes nothing of its own directory or of the caller's."""
     from kforge_core.eval.sandbox import run_child
+
+    isolated, why_not = isolation.status()  # probed here, not at import: its directory goes to the private TMPDIR
+    if not isolated:
+        pytest.skip(f"no OS isolation here: {why_not}")
 
     sibling = tempdirs.make("eval-")
     (sibling / "candidate.py").write_text("another evaluation's candidate")
