@@ -33,7 +33,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 # would measure thread counts rather than Ray. Set before anything imports torch or starts a child.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from kforge_core import tempdirs  # noqa: E402
 from kforge_core.bench.agreement import same_verdicts  # noqa: E402
 from kforge_core.bench.ray_driver import connect, import_ray  # noqa: E402
 from kforge_core.bench.ray_local import local_cluster  # noqa: E402
@@ -113,7 +113,7 @@ def main() -> int:
                          "the one device here they queue one after the other, as locally)")
     args = ap.parse_args()
     ray = import_ray()
-    work = Path(tempfile.mkdtemp(prefix="kforge-ray-overhead-"))
+    work = tempdirs.make("ray-overhead-")
     rows, failed = [], False
     node = {"num_cpus": 1} if args.target == "cpu" else {"num_cpus": 1, "num_gpus": 1}
     with local_cluster([node]) as cluster:

@@ -114,11 +114,10 @@ def _breakdown(problem_path: Path, source: str, target: str, out: str | None, ba
     """One evaluation child run under cProfile (same request and environment as evaluate()): where the time goes."""
     import dataclasses
     import pstats
-    import tempfile
-
+    from kforge_core import tempdirs
     from kforge_core.eval.child_setup import child_environment
 
-    workdir = Path(tempfile.mkdtemp(prefix="kforge-breakdown-"))
+    workdir = tempdirs.make("breakdown-")
     (workdir / "problem.py").write_text(problem_path.read_text())
     (workdir / "candidate.py").write_text(source)
     opts = {k: v for k, v in dataclasses.asdict(EvalOptions(baselines=baselines)).items()

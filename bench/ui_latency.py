@@ -27,7 +27,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -35,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kforge_core import tempdirs  # noqa: E402
 from kforge_core.store import open_store  # noqa: E402
 from tests.browser.conftest import CHROMIUM, AppServer, launch_chromium  # noqa: E402
 from tests.browser.seed import PROGRAM_V0, PROGRAM_V2, add_correct_iteration, seed_live_run  # noqa: E402
@@ -188,7 +188,7 @@ def main() -> int:
         db = Path(os.environ.get("KFORGE_DB") or Path("~/.local/share/kforge/runs.db")).expanduser()
         url = args.url.rstrip("/")
     else:
-        db = Path(tempfile.mkdtemp(prefix="kforge-ui-latency-")) / "runs.db"
+        db = tempdirs.make("ui-latency-") / "runs.db"
         server = AppServer(db).start()
         url = server.url
     try:

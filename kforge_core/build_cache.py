@@ -14,7 +14,8 @@ cache hold builds of its own sources, never swap the build of someone else's.
 Before a cached build is used, every file in its index entry is hashed again (`lookup`): a build edited on disk (by
 another user, or a child of a fallback without isolation, where the cache is writable) is rebuilt, not loaded.
 Without a build channel (a trusted process building for itself: tests, the app's own measurements) `cached_build`
-builds in-process and publishes directly when the cache is writable, else into a private directory.
+builds in-process and publishes directly when the cache is writable, else into a private directory (under this
+process's temporary directory, `kforge_core.tempdirs`: it lasts until the process exits).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from . import tempdirs
 from .errors import CompileError
 from .paths import cache_dir
 
@@ -164,12 +166,12 @@ def cached_build(platform: str, args: dict) -> tuple[Path, bool]:
         return found, True
     if _channel is not None:
         return _channel(platform, args), False
-    tmp = Path(tempfile.mkdtemp(prefix=f"kforge-build-{key}-"))
+    tmp = tempdirs.make(f"build-{key}-")
     try:
         run_builder(platform, tmp, args)
         if os.access(cache_root(), os.W_OK):
             return publish(platform, key, tmp), False
-        private = Path(tempfile.mkdtemp(prefix=f"kforge-build-{key}-"))  # not shared: nothing to publish into
+        private = tempdirs.make(f"build-{key}-")  # not shared: nothing to publish into
         shutil.copytree(tmp, private, dirs_exist_ok=True)
         return private, False
     finally:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from kforge_core import tempdirs  # noqa: E402
 from kforge_core.bench.report import write_reports  # noqa: E402
 from kforge_core.store import open_store  # noqa: E402
 from tests.browser import conftest as browser_kit  # noqa: E402
@@ -32,7 +32,7 @@ def main() -> int:
     ap.add_argument("--app-root", type=Path, default=REPO)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="kf-shots-"))
+    tmp = tempdirs.make("shots-")
     db = tmp / "runs.db"
     with open_store(db) as s:
         runs = {"mixed": seed_mixed_run(s), "single": seed_single_iteration_run(s), "failed": seed_failed_run(s)}

@@ -26,13 +26,12 @@ import os
 import shutil
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from pathlib import Path
 
+from .. import tempdirs
 from ..errors import SandboxError
 
 MAX_SERVERS = 2
@@ -72,7 +71,7 @@ class BaselineServer:
 
         self.key = key
         self.lock = threading.Lock()
-        self.dir = Path(tempfile.mkdtemp(prefix="kforge-baseline-"))
+        self.dir = tempdirs.make("baseline-")
         (self.dir / "problem.py").write_text(problem_source)
         self.torch_compile_s: float | None = None
         self.error: str | None = None  # torch.compile failed for this problem: no compiled baseline
@@ -274,3 +273,7 @@ def close_all() -> None:
         _servers.clear()
     for s in servers:
         s.close()
+
+
+tempdirs.at_exit(close_all)  # the servers first (their logs are in their directories), then the directories
+os.register_at_fork(after_in_child=_servers.clear)  # the parent's servers: never closed by a forked child

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
+from .. import tempdirs
 from ..errors import SandboxError
 
 START_TIMEOUT_S = 180.0
@@ -49,7 +50,8 @@ class ForkServer:
         from .sandbox import limits, popen_lasting
         from .warm_pool import WarmPool
 
-        self.dir = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
+        self.dir = tempdirs.make("forkserver-")  # its cwd, HOME and log; removed by close
+        self._closed = False
         self._cond = threading.Condition()
         self._pids: dict[str, int] = {}
         self._exits: dict[int, int] = {}
@@ -70,15 +72,21 @@ class ForkServer:
                                       stdout=subprocess.PIPE, stderr=log, cwd=self.dir,
                                       env={**env, "HOME": str(self.dir)}, start_new_session=True,
                                       preexec_fn=limits(None, False, entering=status()[0]))
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         finally:
             theirs.close()
             log.close()
+        with _open_lock:
+            _open.add(self)
         threading.Thread(target=self._read, daemon=True, name="kforge-forkserver").start()
         with self._cond:
-            if not self._cond.wait_for(lambda: self.ready or self.dead, timeout=START_TIMEOUT_S) or self.dead:
-                self.close()
-                raise SandboxError(f"the evaluation fork server did not start: "
-                                   f"{(self.dir / 'forkserver.log').read_text(errors='replace')[-500:]}")
+            started = self._cond.wait_for(lambda: self.ready or self.dead, timeout=START_TIMEOUT_S)
+        if not started or self.dead:
+            why = (self.dir / "forkserver.log").read_text(errors="replace")[-500:]
+            self.close()
+            raise SandboxError(f"the evaluation fork server did not start: {why}")
 
     def _read(self) -> None:
         from .progress_channel import json_lines
@@ -169,6 +177,12 @@ class ForkServer:
         return code
 
     def close(self) -> None:
+        """Discard its pool, end it (it exits at EOF on its socket; its children die with it: parent-death signal)
+        and remove its directory once it is gone, not before: it writes its log there until then. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
         self.pool.close()
         try:
             self._sock.close()
@@ -178,6 +192,10 @@ class ForkServer:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
+        with _open_lock:
+            _open.discard(self)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _servers: dict[str, ForkServer] = {}
@@ -186,6 +204,22 @@ _lock = threading.Lock()
 # paying a failed start each (on an H200 a CUDA server that would not start made every child 3 s slower than spawning)
 _failed: dict[str, tuple[float, str]] = {}
 RETRY_AFTER_S = 600.0
+_open: set[ForkServer] = set()  # every server not closed yet, retired ones included (they may still run children)
+_open_lock = threading.Lock()  # not _lock: get() holds that one while it starts or closes a server
+
+
+def close_all() -> None:
+    """End every fork server of this process (at exit: `tempdirs.at_exit`), running children and all."""
+    with _lock:
+        _servers.clear()
+    with _open_lock:
+        servers = list(_open)
+    for server in servers:
+        server.close()
+
+
+tempdirs.at_exit(close_all)
+os.register_at_fork(after_in_child=lambda: (_servers.clear(), _open.clear()))  # the parent's servers: never ours
 
 
 def failures() -> dict[str, str]:

@@ -92,10 +92,13 @@ def _probe() -> tuple[bool, str]:
     if os.uname().machine not in PIVOT_ROOT:
         return False, f"no pivot_root syscall number known for {os.uname().machine}"
 
-    import tempfile
+    from .. import tempdirs
+
+    # made by the probe's PID 1 and mounted over in the probe's mount namespace, which lasts until the forked
+    # child exits: removable here only, afterwards (the child's own rmdir failed with EBUSY and left one per probe)
+    probe_dir = tempdirs.parent() / f".isolation-probe-{os.urandom(4).hex()}"
 
     def attempt() -> bytes:
-        probe_dir = Path(tempfile.gettempdir()) / f".kforge-isolation-probe-{os.getpid()}"
         try:
             # the mounts a real evaluation makes, not an empty root: a kernel may allow the namespaces and refuse
             # the binds (gVisor on the lent GPU machines: "mount /usr ... Invalid argument")
@@ -104,13 +107,14 @@ def _probe() -> tuple[bool, str]:
             return b"ok"
         except OSError as e:
             return str(e).encode()[:500]
-        finally:
-            try:
-                probe_dir.rmdir()
-            except OSError:
-                pass
 
-    data = in_fork(attempt)
+    try:
+        data = in_fork(attempt)
+    finally:
+        try:
+            probe_dir.rmdir()
+        except OSError:
+            pass
     text = data.decode(errors="replace")
     if text == "ok":
         return True, ""

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import tempdirs
 from ..errors import SandboxError
 from . import channels, isolation
 from .child_setup import PYTHON_FLAGS, child_environment, child_plan, isolation_status, nproc_limit, python_command
@@ -266,7 +267,7 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
     if server is not None and warm_pool.enabled() and request.get("mode") in warm_pool.POOLED_MODES:
         slot = server.pool.take(warm_pool.Spec.of(request.get("target", ""), memory_limit_mb, limit_address_space,
                                                   isolated))
-    workdir = slot.workdir if slot else Path(tempfile.mkdtemp(prefix="kforge-eval-"))
+    workdir = slot.workdir if slot else tempdirs.make("eval-")
     chans = channels.Channels()
     plan = None
     builds = None

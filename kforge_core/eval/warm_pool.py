@@ -20,7 +20,6 @@ turns the pool off (every child is then forked on demand, as before).
 
 from __future__ import annotations
 
-import atexit
 import collections
 import json
 import os
@@ -31,6 +30,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import tempdirs
 from ..errors import SandboxError
 
 POOL_SIZE = 2  # a judged evaluation's two children
@@ -187,7 +187,7 @@ class WarmPool:
         from . import isolation
         from .child_setup import child_plan, nproc_limit
 
-        workdir = Path(tempfile.mkdtemp(prefix="kforge-eval-"))
+        workdir = tempdirs.make("eval-")
         group = isolation.PidsCgroup.create(nproc_limit())
         plan = child_plan(workdir) if spec.plan else None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -248,7 +248,10 @@ def settle(timeout_s: float = 60.0) -> bool:
     return True
 
 
-@atexit.register
 def _close_all() -> None:  # waiting children die with the fork server; their directories are removed here
     for pool in list(_pools):
         pool.close()
+
+
+tempdirs.at_exit(_close_all)
+os.register_at_fork(after_in_child=_pools.clear)  # the parent's pools: never closed by a forked child
