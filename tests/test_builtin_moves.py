@@ -122,3 +122,27 @@ def test_a_reduction_alone_has_no_conservative_variant_and_is_not_called_unsuppo
                                      Feedback(status="incorrect", reason="values differ"), 1))
     assert second.program is None and not second.unsupported
     assert "candidate failed (incorrect: values differ)" in second.error and "no program either" in second.error
+
+
+def test_parallel_elementwise_kernels_split_a_long_row_and_stay_correct(agent):
+    """A 256 x 256 elementwise tensor is one 65536-element row to the kernel: the parallel loop must cut it into
+    several tasks (it was one, so 'parallelize' ran on one thread); sizes around the cuts stay correct."""
+    for shape, name in (((1, 70001), "long_row"), ((3, 5), "tiny"), ((300, 999), "many_rows")):
+        source = _src(f'''
+            import torch
+            import torch.nn as nn
+
+            class Model(nn.Module):
+                def forward(self, x):
+                    return torch.nn.functional.mish(x) * 2.0
+
+            def get_inputs():
+                return [torch.randn{shape}]
+
+            def get_init_inputs():
+                return []
+            ''')
+        res = agent.synthesize(source, "cpu", Schedule().with_move("parallelize_rows"), problem_name=name)
+        assert res.program, res.error
+        assert "omp_get_max_threads()" in res.program and "#pragma omp parallel for" in res.program
+        _judge(source, res.program, name)

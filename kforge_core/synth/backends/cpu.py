@@ -1,7 +1,8 @@
 """C++ (OpenMP) kernels for the CPU target, in the `ctypes` candidate format (`platforms.cpu.compile_cpp`).
 
 Schedule knobs and what they change in the emitted code:
-- `parallel`: `#pragma omp parallel for` over rows (row kernels) or (row, chunk) tasks (elementwise kernels);
+- `parallel`: `#pragma omp parallel for` over rows (row kernels) or (row, chunk) tasks (elementwise kernels, their
+  chunks cut so that every thread gets several tasks, down to 1024 elements a task);
 - `vectorize`: `#pragma omp simd` on inner loops with `reduction(...)` clauses, `__restrict__` pointers, and
   inline polynomial exp/log/tanh/erf that the compiler can vectorize (libm calls otherwise);
 - `block`: elementwise kernels work in 4096-element chunks; row kernels keep expensive intermediates (exp, erf, ...)
@@ -105,6 +106,8 @@ _PARAM = {"kf_bf16": "uint16_t", "kf_f16": "uint16_t"}  # half storage as the ca
 
 PW_CHUNK = 65536
 PW_BLOCK_CHUNK = 4096
+PW_MIN_CHUNK = 1024  # a parallel elementwise task's least share: below it, scheduling costs more than it spreads
+PW_TASKS_PER_THREAD = 4
 
 
 def cflags(sched: Schedule) -> tuple[str, ...]:
@@ -116,7 +119,8 @@ def cflags(sched: Schedule) -> tuple[str, ...]:
 
 def source(plans: list[KernelPlan], sched: Schedule) -> str:
     parts = ["#include <cmath>", "#include <cstdint>", "#include <cstring>", "#include <algorithm>",
-             "#include <vector>", VECTOR_MATH if sched.vectorize else SCALAR_MATH, COMMON_MATH]
+             "#include <vector>", *(["#include <omp.h>"] if sched.parallel else []),
+             VECTOR_MATH if sched.vectorize else SCALAR_MATH, COMMON_MATH]
     parts += half_math(plans, "static inline", HALF_BITS)
     for plan in plans:
         parts.append(kernel(plan, sched))
@@ -182,8 +186,16 @@ def kernel(plan: KernelPlan, sched: Schedule) -> str:
 
 
 def _pointwise_body(e: CppWriter, plan: KernelPlan, sched: Schedule, prog: RowProgram) -> None:
-    chunk = PW_BLOCK_CHUNK if sched.block else PW_CHUNK
-    e.w(1, f"const int64_t CH = {chunk};")
+    if sched.parallel and not sched.block:
+        # enough (row, chunk) tasks for every thread: one 65536-element row (a 256 x 256 elementwise tensor,
+        # flattened) was one task, so the parallel loop ran on one thread
+        e.w(1, f"const int64_t kf_want = {PW_TASKS_PER_THREAD} * (int64_t)omp_get_max_threads();")
+        e.w(1, "const int64_t kf_per_row = rows >= kf_want ? 1 : (kf_want + std::max<int64_t>(rows, 1) - 1) / "
+               "std::max<int64_t>(rows, 1);")
+        e.w(1, f"const int64_t CH = std::max<int64_t>({PW_MIN_CHUNK}, std::min<int64_t>({PW_CHUNK}, "
+               "(cols + kf_per_row - 1) / kf_per_row));")
+    else:
+        e.w(1, f"const int64_t CH = {PW_BLOCK_CHUNK if sched.block else PW_CHUNK};")
     e.w(1, "const int64_t nch = cols > 0 ? (cols + CH - 1) / CH : 0;")
     e.w(1, "const int64_t ntask = rows * nch;")
     if sched.parallel:
