@@ -103,3 +103,20 @@ def test_measured_profile_feeds_the_analysis(agent):
     assert first.move == "fuse"  # several kernels per forward in the plain first version
     assert re.search(r"\d", first.why)
     assert analysis.usage.model == LABEL
+
+
+def test_a_slow_compute_bound_program_with_transcendentals_is_vectorized_before_fused(agent):
+    """Slower than eager, several kernels, exp in the inner loops: on a memory-bound problem fusing saves the most
+    (fewer passes over memory); on a compute-bound one the scalar libm calls are the time, so vectorize comes first."""
+    program = _program(agent, Schedule())
+    assert "kf_exp" in program
+    prof = _profile([("kforge::kf_k0", 0.45, True), ("kforge::kf_k1", 0.45, True), ("aten::empty", 0.1, False)])
+    order = {}
+    for bound in ("memory", "compute"):
+        req = _analysis(program, prof)
+        req.roofline = {**ROOF, "bound": bound, "pct_of_roofline": 7.0}
+        req.candidate_ms, req.eager_ms = 4.0, 1.0
+        order[bound] = [r.move for r in BuiltinAnalysisAgent().analyze(req).recommendations]
+    # (the cores' move may come first on a machine with many cores: only fuse against vectorize is compared)
+    assert order["memory"].index("fuse") < order["memory"].index("vectorize"), order
+    assert order["compute"].index("vectorize") < order["compute"].index("fuse"), order
