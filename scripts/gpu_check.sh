@@ -2,7 +2,7 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead] [args...]
+#   bash scripts/gpu_check.sh [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|single] [args...]
 #   e.g.  bash scripts/gpu_check.sh bench --runs 5
 #   judge: the judge split on the GPU (docs/EVALUATOR.md): the examples judged out of process and in one process,
 #   hostile variants that must fail because the judge is out of reach, then time to verdict judged vs one process
@@ -19,6 +19,8 @@
 #   bench/out/ray_multi_gpu/ here and name that folder in the call's carry: --reuse reads a bench made on the same
 #   kind of device only
 #   rayoverhead: bench/ray_overhead.py on one GPU (issue 27: the local executor vs Ray, fresh processes, same suite)
+#   single: one GPU's measurements in one call, each under its own limit: time to verdict, timing fidelity, a run's
+#   first verdict prepared or not, Ray vs local over 6 gallery problems (SINGLE_SUITE to change them)
 #   (both need Ray: pip install -r requirements-ray.txt, or its wheels carried where nothing can be fetched)
 #
 # Never changes GPU settings (clocks, power, MIG); ncu runs with --clock-control none.
@@ -168,6 +170,20 @@ rayoverhead() {  # the local executor vs Ray on GPU 0, each bench a fresh proces
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
+single() {  # one GPU, one 10-minute call: each step under its own limit, its log in $OUT as soon as it ends
+  # (a step cut by its limit still leaves what it printed; the next step runs regardless)
+  local step rc
+  for step in "ttv:120:$PY bench/time_to_verdict_gpu.py --out $OUT --runs 5 --cases a2" \
+              "fidelity:150:$PY bench/timing_fidelity.py --target cuda --no-bare" \
+              "first_verdict:130:$PY bench/first_verdict.py --target cuda --latency 10 --runs 2" \
+              "rayoverhead:170:$PY bench/ray_overhead.py --target cuda --warm-up local --rounds 1 --suite ${SINGLE_SUITE:-level1/01_relu,level1/03_silu,level1/12_softmax,level2/01_linear_bias_gelu,level2/06_swish_bias_clamp,level2/08_standardize}"; do
+    local name="${step%%:*}" rest="${step#*:}"; local limit="${rest%%:*}" cmd="${rest#*:}"
+    echo "== $name (limit ${limit} s): $cmd"
+    timeout "$limit" $cmd 2>&1 | grep -v -E "WARNING|INFO" | tee "$OUT/single_$name.log" | tail -25
+    rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || { echo "   ($name ended with status $rc)"; status=$rc; }
+  done
+}
+
 case "$MODE" in
   probe) probe ;;
   tests) probe; tests; inline_report ;;
@@ -180,8 +196,9 @@ case "$MODE" in
   footprint) probe; footprint "$@" ;;
   scaling) probe; scaling "$@" ;;
   rayoverhead) probe; rayoverhead "$@" ;;
+  single) probe; single ;;
   all) probe; tests; inline_report; isolation; bench "$@"; fidelity ;;
-  *) echo "usage: $0 [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead] [args]"
+  *) echo "usage: $0 [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|single] [args]"
      exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1
