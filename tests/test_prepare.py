@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from kforge_core.eval import baselines
+from kforge_core.eval import baselines, warm_pool
 from kforge_core.eval.evaluator import evaluate
 from kforge_core.loop import Synthesis
 from tests.loop_fixtures import FAST_TIMING, FIXTURES, ScriptedAgent, offline_config, scripted_evaluate, wait_for
@@ -66,6 +66,7 @@ def test_the_baseline_is_built_while_the_agent_writes_the_first_program():
                          max_functional_iters=1, max_optimization_iters=0)
     agent = WaitsForTheBuild([(FIXTURES / "correct_fast.py").read_text()])
     baselines.BaselineServer.__init__ = recording_init
+    missed = warm_pool.STATS.get("missed", 0)
     try:
         loop = agent.loop = Synthesis(cfg, agent, agent, evaluate_fn=evaluate)
         events = list(loop.events())
@@ -78,6 +79,8 @@ def test_the_baseline_is_built_while_the_agent_writes_the_first_program():
     (done,) = [e for e in events if e.kind == "iteration_finished"]
     assert done.status == "correct" and done.speedup_vs_compiled is not None, done.reason
     assert _key(loop) not in baselines._servers  # released with the run
+    if warm_pool.enabled():  # the evaluation's two children were pre-started by the run, of the kind it needed
+        assert warm_pool.STATS.get("missed", 0) == missed
 
 
 def test_a_run_that_ends_first_stops_the_build():

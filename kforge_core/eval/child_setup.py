@@ -111,6 +111,18 @@ def isolation_status() -> tuple[bool, str]:
     return ok, why
 
 
+def _existing(path: Path, empty: str) -> Path:
+    """`path`, created with `empty` if it is missing: a bind only of what exists would make a child's plan change
+    when the file first appears (the ceilings, measured in the first timed evaluation), and children pre-started
+    for the earlier plan (`warm_pool`, a run's `prepare`) would then be thrown away."""
+    try:
+        with open(path, "x") as f:  # never over a file another process wrote meanwhile
+            f.write(empty)
+    except OSError:
+        pass  # there already, or an unwritable cache (the plan then binds what is there)
+    return path
+
+
 def _child_paths() -> tuple[list[str], list[str], list[str]]:
     """(read-only, writable, hidden) paths of an isolated child, besides the toolchain and its workdir."""
     readonly = [sys.prefix, sys.base_prefix, sys.exec_prefix, str(REPO_ROOT), os.path.dirname(sys.executable)]
@@ -128,7 +140,7 @@ def _child_paths() -> tuple[list[str], list[str], list[str]]:
     from .. import build_cache
     from . import ceilings
 
-    readonly += [str(build_cache.cache_root()), str(ceilings.cache_path())]
+    readonly += [str(build_cache.cache_root()), str(_existing(ceilings.cache_path(), "{}"))]
     hidden = [home, str(cache)]
     try:
         from ..llm.config import settings_path
