@@ -140,4 +140,4 @@ with files_tab:
     st.markdown(f"- Run store: `{services.db_path()}` (`KFORGE_DB`)\n"
                 f"- Settings file: `{path}` (`KFORGE_SETTINGS`)\n"
                 f"- Uploaded screenshots: `{services.files_dir()}`\n"
-                f"- Build and ceilings cache: `{ceilings.cache_path().parent}` (`KFORGE_CACHE_DIR`)")
+                f"- Build and ceilings cache: `{ceilings.cache_path().parent.parent}` (`KFORGE_CACHE_DIR`)")

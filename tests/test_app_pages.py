@@ -143,7 +143,8 @@ def test_settings_shows_rules_tolerances_and_ceilings(app_env, use_targets):
     cache = app_env / "cache"
     cache.mkdir()
     cpu = next(t for t in use_targets if t["name"] == "cpu")
-    (cache / "ceilings.json").write_text(json.dumps({f"cpu:{cpu['device_name']}": {
+    (cache / "ceilings").mkdir()
+    (cache / "ceilings" / "ceilings.json").write_text(json.dumps({f"cpu:{cpu['device_name']}": {
         "bandwidth_gbs": 12.5, "fp32_tflops": 0.0731, "method": "seeded for the test"}}))
     at = app("settings").run()
     assert not at.exception
@@ -208,7 +209,7 @@ def test_measure_now_runs_in_a_child_and_fills_the_ceilings(app_env, use_targets
     assert any(s.value == "Measured." for s in at.success), [e.value for e in at.error]
     values = {m.label: m.value for m in at.metric}
     assert values["Memory bandwidth"].endswith("GB/s") and values["fp32 peak"].endswith("TFLOP/s")
-    assert json.loads((app_env / "cache" / "ceilings.json").read_text())  # the roofline's own cache
+    assert json.loads((app_env / "cache" / "ceilings" / "ceilings.json").read_text())  # the roofline's own cache
 
 
 def test_interrupted_run_offers_resume(app_env, use_targets):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kforge_core import build_cache
-from kforge_core.eval import channels, isolation
+from kforge_core.eval import ceilings, channels, isolation
 from kforge_core.platform import REPO_ROOT
 from kforge_core.eval.redaction import MARK, known_secrets, redactor
 from kforge_core.eval.sandbox import LOG_LIMIT, run_child
@@ -86,7 +86,7 @@ def test_child_writes_only_its_private_directory(secrets_home):
     (cache / "cpu" / "k" / "kernel.so").write_bytes(b"\x7fELF honest")
     targets = [str(REPO_ROOT / "sitecustomize.py"), str(REPO_ROOT / "kforge_core" / "evil.py"),
                str(secrets_home["settings"]), str(secrets_home["db"]), str(cache / "cpu" / "k" / "kernel.so"),
-               str(cache / "index" / "cpu" / "k.json"), str(cache.parent / "ceilings.json")]
+               str(cache / "index" / "cpu" / "k.json"), str(ceilings.cache_path())]
     try:
         out = _child("iso_write_outside", {"paths": targets, "dirs": [str(cache / "cpu" / "planted")]})
         r = out.result

@@ -152,3 +152,27 @@ def test_one_problems_build_blocks_no_other_problem():
         for key in ("test-key-a", "test-key-b"):
             baselines.release(key)
     assert a.closed and first_b["s"].closed
+
+
+def test_children_started_before_the_ceilings_were_stored_see_them(monkeypatch, tmp_path):
+    """In a fresh cache the first timed evaluation measures the machine's ceilings (3 s on the 2-core box) and the
+    caller stores them; the next evaluation's children were pre-started before that, and must see them rather than
+    measure again (they bind the ceilings' folder, not the file the store replaces)."""
+    from pathlib import Path
+
+    from kforge_core.eval import ceilings
+    from kforge_core.eval.evaluator import EvalOptions
+    from kforge_core.platform import get_platform
+    from kforge_core.problem import load_problem
+
+    monkeypatch.setenv("KFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    reported: list[dict] = []
+    real = ceilings.store_reported
+    monkeypatch.setattr(ceilings, "store_reported", lambda r: (reported.append(r) if r else None, real(r))[1])
+    example = get_platform("cpu").example()
+    problem, program = load_problem(path=example.problem), Path(example.candidate).read_text()
+    options = EvalOptions(baselines=False, timing_options=FAST_TIMING)
+    for _ in range(2):
+        assert evaluate(problem, program, "cpu", options).status == "correct"
+    assert len(reported) == 1, reported  # measured once, by the first evaluation
+    assert ceilings.cached("cpu", get_platform("cpu").device_name())

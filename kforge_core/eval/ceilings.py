@@ -1,5 +1,6 @@
-"""Measured hardware ceilings (bandwidth, FLOP/s), cached per device in `$KFORGE_CACHE_DIR/ceilings.json` under
-"<target>:<device name>". Torch-free: reading the cache must not cost the app a torch import. Measuring is the
+"""Measured hardware ceilings (bandwidth, FLOP/s), cached per device in `$KFORGE_CACHE_DIR/ceilings/ceilings.json`
+under "<target>:<device name>" (a folder of its own: evaluation children see it through a read-only bind of the
+folder, which shows a file replaced after they started; one of the file alone would keep showing the old one). Torch-free: reading the cache must not cost the app a torch import. Measuring is the
 platform's job (`Platform.measure_ceilings`) and runs inside an evaluation child. An unknown ceiling stays unknown
 (None), never a guessed number.
 
@@ -25,15 +26,22 @@ from ..paths import cache_dir
 
 
 def cache_path() -> Path:
-    return cache_dir() / "ceilings.json"
+    return cache_dir() / "ceilings" / "ceilings.json"
+
+
+LEGACY_PATH_NAME = "ceilings.json"  # directly in the cache folder, before it had a folder of its own
 
 
 def _read() -> dict:
-    try:
-        data = json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    for path in (cache_path(), cache_dir() / LEGACY_PATH_NAME):
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+    return {}
 
 
 def cached(target: str, device_name: str) -> dict | None:

@@ -5,6 +5,7 @@ pre-started pool and the torch.compile baseline server set up theirs the same wa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -111,18 +112,6 @@ def isolation_status() -> tuple[bool, str]:
     return ok, why
 
 
-def _existing(path: Path, empty: str) -> Path:
-    """`path`, created with `empty` if it is missing: a bind only of what exists would make a child's plan change
-    when the file first appears (the ceilings, measured in the first timed evaluation), and children pre-started
-    for the earlier plan (`warm_pool`, a run's `prepare`) would then be thrown away."""
-    try:
-        with open(path, "x") as f:  # never over a file another process wrote meanwhile
-            f.write(empty)
-    except OSError:
-        pass  # there already, or an unwritable cache (the plan then binds what is there)
-    return path
-
-
 def _child_paths() -> tuple[list[str], list[str], list[str]]:
     """(read-only, writable, hidden) paths of an isolated child, besides the toolchain and its workdir."""
     readonly = [sys.prefix, sys.base_prefix, sys.exec_prefix, str(REPO_ROOT), os.path.dirname(sys.executable)]
@@ -140,7 +129,13 @@ def _child_paths() -> tuple[list[str], list[str], list[str]]:
     from .. import build_cache
     from . import ceilings
 
-    readonly += [str(build_cache.cache_root()), str(_existing(ceilings.cache_path(), "{}"))]
+    # the ceilings' folder, made if missing: a bind only of what exists would change a child's plan when the first
+    # timed evaluation stores them, and children pre-started for the old plan (`warm_pool`, a run's `prepare`)
+    # would be thrown away; a bind of the file alone would keep showing them the file it replaced
+    ceilings_dir = ceilings.cache_path().parent
+    with contextlib.suppress(OSError):
+        ceilings_dir.mkdir(parents=True, exist_ok=True)
+    readonly += [str(build_cache.cache_root()), str(ceilings_dir)]
     hidden = [home, str(cache)]
     try:
         from ..llm.config import settings_path
