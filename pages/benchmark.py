@@ -112,6 +112,11 @@ if slow:
     st.warning(f"{slow} of the {summary['correct']} correct problems are **slower than eager PyTorch**: correct, but "
                "no kernel beats eager there (their measured speedups, below 1×, are counted as they are).",
                icon=":material/slow_motion_video:")
+noisy = sum(1 for r in records if r.get("correct") and r.get("noise"))
+if noisy:
+    st.warning(f"{noisy} of the {summary['correct']} correct problems have speedups **measured beyond the noise "
+               "bounds** (the machine was busy or the timing unstable): see their `noise` column and re-time "
+               "before trusting those numbers.", icon=":material/graphic_eq:")
 bench_notes(summary)
 
 rows = []
@@ -149,6 +154,7 @@ st.dataframe([{"problem": r.get("problem"), "level": r.get("level"), "kind": r.g
                "candidate": fmt_ms(r.get("candidate_ms")), "eager": fmt_ms(r.get("eager_ms")),
                "torch.compile": fmt_ms(r.get("compiled_ms")), "vs eager": fmt_x(r.get("speedup_vs_eager")),
                "vs compile": fmt_x(r.get("speedup_vs_compiled")),
+               "noise": "; ".join(r.get("noise") or []),
                "run": run_url(r["run_id"]) if r.get("run_id") else None,
                "node": r.get("node") or "", "device": r.get("device") or ""} for r in records],
              hide_index=True, width="stretch",

@@ -262,6 +262,28 @@ def test_benchmark_page_shows_a_bench_report(app_env, tmp_path, monkeypatch):
     assert "level1/01_relu" in tables and "level2/09_logsumexp" in tables
     assert "failures counted as 1.0" in tables and "fast_1" in tables
     assert len(at.get("plotly_chart")) == 2
+    assert not [w for w in at.warning if "noise bounds" in w.value]  # none of these was measured noisy
+
+
+def test_benchmark_page_says_which_speedups_were_measured_noisy(app_env, tmp_path, monkeypatch):
+    from kforge_core.bench.report import write_reports
+
+    noise = "noisy timing (eager, median 4.07 ms is 8.0x its fastest trial (0.511 ms; bound 1.3x) over 25 trials)"
+    records = [{"problem": "level2/12_Gemm_Multiply_LeakyReLU", "level": 2, "status": "succeeded", "correct": True,
+                "speedup_vs_eager": 6.57, "candidate_ms": 0.62, "eager_ms": 4.07, "noise": [noise]},
+               {"problem": "level1/19_ReLU", "level": 1, "status": "succeeded", "correct": True,
+                "speedup_vs_eager": 1.02, "candidate_ms": 0.106, "eager_ms": 0.108, "noise": []}]
+    write_reports(tmp_path / "out", records, {"target": "cpu", "agent": "builtin"})
+    monkeypatch.setenv("KFORGE_BENCH_DIR", str(tmp_path / "out"))
+    at = app("benchmark").run()
+    assert not at.exception
+    assert [w.value for w in at.warning if "noise bounds" in w.value] == [
+        "1 of the 2 correct problems have speedups **measured beyond the noise bounds** (the machine was busy or "
+        "the timing unstable): see their `noise` column and re-time before trusting those numbers."]
+    (problems,) = [df.value for df in at.dataframe if "problem" in df.value.columns]
+    by_problem = dict(zip(problems["problem"], problems["noise"]))
+    assert by_problem == {"level2/12_Gemm_Multiply_LeakyReLU": noise, "level1/19_ReLU": ""}
+    assert "speedups measured noisy 1" in texts(at)
 
 
 def test_benchmark_page_shows_outcomes_reasons_and_a_partial_result(app_env, tmp_path, monkeypatch):

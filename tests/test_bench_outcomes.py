@@ -390,3 +390,53 @@ def test_a_records_times_agree_with_its_speedups(tmp_path):
         rec = run_record(store, run_id, SuiteProblem("level1/41_Max", 1, tmp_path / "41_Max.py"), time.monotonic())
     assert rec["candidate_ms"] == 2.6 and rec["speedup_vs_eager"] == 0.1
     assert rec["eager_ms"] == pytest.approx(0.26) and rec["compiled_ms"] == pytest.approx(5.2)
+
+
+def test_a_speedup_measured_noisy_says_so_in_every_bench_output(tmp_path):
+    """A head-to-head whose eager timing was 8x its fastest trial (the 2-core box, KernelBench 12_Gemm_Multiply_
+    LeakyReLU: "6.57x vs eager" with eager at 4.07 ms, 0.59 ms in a quiet run) or a verdict flagged noisy: the
+    record, the progress line's words, the summary's count and the CSV carry it; a steady one carries nothing."""
+    import csv
+    import time
+
+    from kforge_core.bench.metrics import counts_text
+    from kforge_core.bench.problem_run import run_record
+    from kforge_core.bench.report import write_reports
+    from kforge_core.bench.runner import result_text
+    from kforge_core.store import open_store
+
+    def run(store, name: str, contest: dict | None, warnings: list[str]) -> dict:
+        run_id = store.create_run(name, RELU, "cpu", agent="builtin")
+        store.start_run(run_id)
+        store.start_iteration(run_id, 0, "functional")
+        store.finish_iteration(run_id, 0, "correct", candidate_ms=0.6, speedup_vs_eager=1.0,
+                               verdict={"status": "correct", "target": "cpu", "candidate_ms": 0.6, "eager_ms": 0.6,
+                                        "warnings": warnings})
+        if contest:
+            store.append_event(run_id, "head_to_head", contest)
+        store.set_best(run_id, 0, speedup_vs_eager=6.57 if contest else 1.0, speedup_vs_compiled=1.4,
+                       candidate_ms=0.62 if contest else 0.6)
+        store.finish_run(run_id, "succeeded")
+        return run_record(store, run_id, SuiteProblem(f"level2/{name}", 2, tmp_path / f"{name}.py"),
+                          time.monotonic())
+
+    contest = {"contenders": [{"iteration": 0, "candidate_ms": 0.62, "min_ms": 0.555, "max_ms": 1.0, "trials": 25,
+                               "speedup_vs_eager": 6.57}],
+               "eager": {"median_ms": 4.07, "min_ms": 0.511, "max_ms": 8.2, "trials": 25},
+               "compiled": {"median_ms": 0.85, "min_ms": 0.8, "max_ms": 1.0, "trials": 25}, "best_iteration": 0}
+    with open_store(tmp_path / "runs.db") as store:
+        from_contest = run(store, "12_Gemm", contest, [])
+        from_verdict = run(store, "13_Gemm", None, ["noisy timing (eager, median 2.68 ms is 6.9x its fastest trial "
+                                                    "(0.39 ms; bound 1.3x) over 70 trials): re-time"])
+        steady = run(store, "14_Gemm", None, ["some other warning"])
+    assert len(from_contest["noise"]) == 1 and from_contest["noise"][0].startswith("noisy timing (eager")
+    assert from_verdict["noise"] and from_verdict["noise"][0].startswith("noisy timing (eager")
+    assert steady["noise"] == []
+    assert result_text(from_contest) == "correct, 6.57x vs eager (noisy timing: re-time before trusting this number)"
+    assert result_text(steady) == "correct, 1.00x vs eager"
+    summary = write_reports(tmp_path / "out", [from_contest, from_verdict, steady], {"suite": "test"})
+    assert summary["correct_noisy"] == 2 and "speedups measured noisy 2" in counts_text(summary)
+    with open(tmp_path / "out" / "results.csv") as f:
+        rows = {r["problem"]: r for r in csv.DictReader(f)}
+    assert rows["level2/12_Gemm"]["noise"].startswith("noisy timing (eager") and rows["level2/14_Gemm"]["noise"] == ""
+    assert "Speedups measured beyond the noise bounds" in (tmp_path / "out" / "report.html").read_text()

@@ -48,7 +48,9 @@ def outcome_counts(records: list[dict]) -> dict:
     for r in records:
         counts[outcome_of(r)] += 1
     return {"supported": counts["correct"] + counts["failed"], **counts,
-            **{f"correct_slower_than_{b}": slower_than(records, b) for b in BASELINES}}
+            **{f"correct_slower_than_{b}": slower_than(records, b) for b in BASELINES},
+            # correct, but their speedups were measured beyond the noise bounds (each says so: `noise`)
+            "correct_noisy": sum(1 for r in records if r.get("correct") and r.get("noise"))}
 
 
 def _speedup(record: dict, baseline: str) -> float | None:
@@ -149,7 +151,8 @@ def counts_text(summary: dict) -> str:
         f"{o} {summary.get(o, 0)}" for o in OUTCOMES[1:] if o not in ("error", STOPPED) or summary.get(o)]
     slow = f" · correct but slower than eager {summary['correct_slower_than_eager']}" \
         if summary.get("correct_slower_than_eager") else ""
-    return " · ".join(parts) + f" (supported {summary.get('supported', 0)}){slow}"
+    noisy = f" · speedups measured noisy {summary['correct_noisy']}" if summary.get("correct_noisy") else ""
+    return " · ".join(parts) + f" (supported {summary.get('supported', 0)}){slow}{noisy}"
 
 
 def partial_text(summary: dict) -> str:

@@ -12,8 +12,8 @@ from .metrics import P_VALUES, counts_text, mixed_devices_note, partial_text, su
 
 CSV_FIELDS = ("problem", "level", "status", "correct", "outcome", "kind", "last_status", "reason", "coverage",
               "candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled", "slower_than_eager",
-              "slower_than_compiled", "custom_share", "below_custom_share", "iterations", "run_id", "node", "device",
-              "wall_s", "error")
+              "slower_than_compiled", "noise", "custom_share", "below_custom_share", "iterations", "run_id", "node",
+              "device", "wall_s", "error")
 
 
 # What the bench's meta says about its completion, repeated in the summary (a partial result must read as one)
@@ -28,7 +28,7 @@ def write_reports(out_dir: Path, records: list[dict], meta: dict) -> dict:
     with open(out_dir / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(records)
+        writer.writerows({**r, "noise": " | ".join(r.get("noise") or [])} for r in records)
     (out_dir / "report.html").write_text(render_html(records, summary, meta))
     return summary
 
@@ -86,7 +86,8 @@ td,th{{border:1px solid #ddd;padding:4px 8px;font-size:14px}}th{{background:#f4f
 {_partial_html(summary)}<p>{_counts_html(summary)}
 Correct but <b style="color:#c92a2a">slower than eager: {summary.get('correct_slower_than_eager', 0)}</b>, slower than
 torch.compile: {summary.get('correct_slower_than_compiled', 0)} (their measured speedups, below 1×, are counted as
-they are).
+they are). Speedups measured beyond the noise bounds (the machine was busy or the timing unstable; each such
+problem's <code>noise</code> says which timing): {summary.get('correct_noisy', 0)}.
 fast_p is the share of all problems that are correct and more than p× faster than the baseline.</p>
 <table><tr><th></th><th>vs eager</th><th>vs torch.compile</th></tr>{fast_rows}{geo_rows}</table>{mixed}
 <h2>Per level and per kind</h2><table><tr><th></th><th>problems</th><th>correct</th><th>correct, slower than eager</th>

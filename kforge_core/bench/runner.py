@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -65,6 +64,21 @@ def _load_progress(path: Path) -> dict[str, dict]:
     return done
 
 
+def result_text(rec: dict) -> str:
+    """A finished problem in the progress line's words: its outcome, speedup and what to know about it."""
+    sx = rec.get("speedup_vs_eager")
+    outcome = outcome_of(rec)
+    result = f"correct, {sx:.2f}x vs eager" if outcome == "correct" and sx else outcome
+    if outcome != "correct" and rec.get("reason"):
+        last = f"last verdict {rec['last_status']}: " if rec.get("last_status") else ""
+        result += f" ({last}{rec['reason'][:160]})"
+    if outcome == "correct" and sx and sx < 1.0:
+        result += " (SLOWER than eager)"
+    if outcome == "correct" and rec.get("noise"):
+        result += " (noisy timing: re-time before trusting this number)"
+    return result
+
+
 def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr), *,
               executor=None) -> dict:
     """Run (or resume) the bench; `executor` None: the one `cfg` asks for (executors.make_executor)."""
@@ -91,14 +105,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: prin
         with open(progress_path, "a") as f:
             f.write(json.dumps(rec, default=str) + "\n")
         done[rec["problem"]] = rec
-        sx = rec.get("speedup_vs_eager")
-        outcome = outcome_of(rec)
-        result = f"correct, {sx:.2f}x vs eager" if outcome == "correct" and sx else outcome
-        if outcome != "correct" and rec.get("reason"):
-            last = f"last verdict {rec['last_status']}: " if rec.get("last_status") else ""
-            result += f" ({last}{rec['reason'][:160]})"
-        if outcome == "correct" and sx and sx < 1.0:
-            result += " (SLOWER than eager)"
+        result = result_text(rec)
         bar = "#" * int(20 * finished / len(problems))
         where = f" on {rec['node']}" if executor.name != "local" and rec.get("node") else ""
         progress(f"[{bar:<20}] {finished}/{len(problems)} {rec['problem']}: {result} ({rec['wall_s']:.0f} s{where})")

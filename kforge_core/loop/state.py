@@ -103,14 +103,22 @@ def _usage_facts(store: RunStore, run_id: str) -> dict[str, Any]:
     return {"estimated": any(u.get("estimated") for u in usage), "cost": round(sum(costs), 6) if costs else None}
 
 
+def best_noise(contest: dict | None, iteration: int, verdict: dict) -> list[str]:
+    """The noise warnings of the numbers a run's best is reported with: from the head-to-head when its speedups
+    came from there, else from its own evaluation's verdict."""
+    if contest and any(r.get("iteration") == iteration for r in contest.get("contenders") or []):
+        return reported_noise(contest, iteration)
+    return [str(w) for w in verdict.get("warnings") or [] if str(w).startswith("noisy timing")]
+
+
 def summarize_run(store: RunStore, run_id: str) -> dict[str, Any]:
     """The run as the CLI's --json prints it (and `runs show --json`): status, best, iterations."""
     run = store.get_run(run_id)
     rows = store.iterations(run_id)
-    best = None
+    best, best_verdict = None, {}
     for row in rows:
         if row["index"] == run["best_iteration"]:
-            v = row["verdict"] or {}
+            v = best_verdict = row["verdict"] or {}
             best = {"iteration": row["index"], "status": row["status"], "candidate_ms": row["candidate_ms"],
                     "eager_ms": v.get("eager_ms"), "compiled_ms": v.get("compiled_ms"),
                     "speedup_vs_eager": row["speedup_vs_eager"], "speedup_vs_compiled": row["speedup_vs_compiled"],
@@ -129,7 +137,7 @@ def summarize_run(store: RunStore, run_id: str) -> dict[str, Any]:
                         speedup_vs_compiled=row["speedup_vs_compiled"],
                         eager_ms=(contest[-1].get("eager") or {}).get("median_ms"),
                         compiled_ms=(contest[-1].get("compiled") or {}).get("median_ms"))
-            best["noise"] = reported_noise(contest[-1], best["iteration"])
+        best["noise"] = best_noise(contest[-1] if contest else None, best["iteration"], best_verdict)
         # never a slowdown shown as a result: what it loses to, and what to use instead (loop/standing.py)
         where = standing(best["iteration"], best["speedup_vs_eager"], best["speedup_vs_compiled"])
         best.update(slower_than=list(where.slower_than), use=where.use, warning=where.message or None)
