@@ -59,6 +59,11 @@ def header(run: dict[str, Any], state: RunState, live: bool, pending: bool = Fal
             st.info(f"The agent cannot write this problem: {run['error']}", icon=":material/block:")
         elif run.get("error") and not live:
             st.error(run["error"], icon=":material/error:")
+        noise = best_noise(run, state) if not live else []
+        if noise:
+            st.warning("The best's speedups were measured beyond the noise bounds (the machine was busy or the "
+                       "timing unstable); re-time before trusting them: " + "; ".join(noise),
+                       icon=":material/graphic_eq:")
         stop_reason = (state.finished or {}).get("stop_reason")
         if stop_reason and not live and stop_reason != run.get("error"):
             st.caption(f"Stopped: {stop_reason}")
@@ -84,6 +89,21 @@ def header(run: dict[str, Any], state: RunState, live: bool, pending: bool = Fal
         st.page_link(page_path("compare"), label="Compare", icon=":material/compare_arrows:",
                      query_params={"a": f"{run['id']}:{run['best_iteration']}"} if run.get("best_iteration")
                      is not None else {"a": run["id"]})
+
+
+def best_noise(run: dict[str, Any], state: RunState) -> list[str]:
+    """The noise warnings of the numbers the best is shown with: the head-to-head's when its speedups came from
+    there, else its own verdict's (as `kforge_core.loop.state.best_noise` says them for the CLI and the bench)."""
+    index = run.get("best_iteration")
+    if index is None:
+        return []
+    contest = state.contest
+    if contest and any(r.get("iteration") == index for r in contest.get("contenders") or []):
+        from kforge_core.loop.head_to_head import reported_noise  # the loop's package, loaded only for such a run
+
+        return reported_noise(contest, index)
+    it = state.iterations.get(index)
+    return list(it.noise) if it else []
 
 
 def _best_code(run: dict[str, Any]) -> str | None:

@@ -42,6 +42,7 @@ class IterationState:
     has_profile: bool = False
     has_recommendations: bool = False
     stage: str | None = None  # the running evaluation's latest stage ("checking seed 2/5"), None once finished
+    noise: list[str] = field(default_factory=list)  # its verdict's warnings that its timings were beyond the bounds
 
 
 @dataclass
@@ -64,6 +65,7 @@ class RunState:
     sessions: list[list] = field(default_factory=list)
     stage: str | None = None  # a run-level evaluation's stage (the final head-to-head), None once finished
     slower: dict | None = None  # the run's end said its best loses to a baseline (`slower_than_baseline` data)
+    contest: dict | None = None  # the end-of-run head-to-head (`head_to_head` data), where the best's numbers came from
 
     def iteration(self, index: int) -> IterationState:
         it = self.iterations.get(index)
@@ -194,6 +196,7 @@ def _verdict(state: RunState, event: dict, it: IterationState | None) -> None:
         for key in ("candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled"):
             if verdict.get(key) is not None:
                 setattr(it, key, verdict[key])
+        it.noise = [str(w) for w in verdict.get("warnings") or [] if str(w).startswith("noisy timing")]
 
 
 @folds(EventKind.EVAL_STAGE)
@@ -208,6 +211,7 @@ def _stage(state: RunState, event: dict, it: IterationState | None) -> None:
 @folds(EventKind.HEAD_TO_HEAD)
 def _head_to_head(state: RunState, event: dict, it: IterationState | None) -> None:
     state.stage = None
+    state.contest = event["data"]
 
 
 @folds(EventKind.TIMINGS)

@@ -349,3 +349,33 @@ def test_benchmark_page_warns_about_mixed_devices(app_env, tmp_path, monkeypatch
     assert any("2 kinds of device" in w.value for w in at.warning)
     tables = " ".join(str(df.value.to_dict()) for df in at.dataframe)
     assert "NVIDIA A10G" in tables and "gpu-2" in tables
+
+
+def test_run_view_says_when_the_best_was_measured_noisy(app_env, use_targets):
+    """The best's speedups came from a head-to-head whose eager timing was 8x its fastest trial: the run view says
+    so under its title, naming the timing; the same run without that contest (its own verdict steady) says nothing."""
+    with open_store() as s:
+        steady = seed_finished_run(s, problem_name="steady")
+        noisy = seed_finished_run(s, problem_name="noisy")
+        s.append_event(noisy, "head_to_head", {
+            "contenders": [{"iteration": 2, "candidate_ms": 1.25, "min_ms": 1.2, "max_ms": 1.4, "trials": 25,
+                            "speedup_vs_eager": 3.26}],
+            "eager": {"median_ms": 4.07, "min_ms": 0.511, "max_ms": 8.2, "trials": 25},
+            "compiled": {"median_ms": 2.5, "min_ms": 2.4, "max_ms": 2.7, "trials": 25}, "best_iteration": 2})
+    at = app(run=noisy).run()
+    assert not at.exception
+    (warning,) = [w.value for w in at.warning if "noise bounds" in w.value]
+    assert warning.startswith("The best's speedups were measured beyond the noise bounds") and \
+        "noisy timing (eager, median 4.07 ms is 8.0x its fastest trial" in warning
+    at = app(run=steady).run()
+    assert not at.exception and not [w for w in at.warning if "noise bounds" in w.value]
+    with open_store() as s:  # no contest: the best's own verdict was the noisy one
+        own = seed_finished_run(s, problem_name="own")
+        s.append_event(own, "verdict", {"iteration": 2, "verdict": {
+            "status": "correct", "target": "cpu", "candidate_ms": 1.25, "warnings": [
+                "noisy timing (candidate, median 1.25 ms is 2.1x its fastest trial (0.6 ms; bound 1.3x) over 30 "
+                "trials): re-time"]}}, 2)
+    at = app(run=own).run()
+    assert [w.value for w in at.warning if "noise bounds" in w.value][0].endswith(
+        "noisy timing (candidate, median 1.25 ms is 2.1x its fastest trial (0.6 ms; bound 1.3x) over 30 trials): "
+        "re-time")
