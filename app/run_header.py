@@ -92,18 +92,14 @@ def header(run: dict[str, Any], state: RunState, live: bool, pending: bool = Fal
 
 
 def best_noise(run: dict[str, Any], state: RunState) -> list[str]:
-    """The noise warnings of the numbers the best is shown with: the head-to-head's when its speedups came from
-    there, else its own verdict's (as `kforge_core.loop.state.best_noise` says them for the CLI and the bench)."""
+    """The noise warnings of the numbers the best is shown with, as the CLI and the bench say them."""
     index = run.get("best_iteration")
     if index is None:
         return []
-    contest = state.contest
-    if contest and any(r.get("iteration") == index for r in contest.get("contenders") or []):
-        from kforge_core.loop.head_to_head import reported_noise  # the loop's package, loaded only for such a run
+    from kforge_core.loop.state import best_noise as noise_of  # the loop's package: loaded once a run has a best
 
-        return reported_noise(contest, index)
     it = state.iterations.get(index)
-    return list(it.noise) if it else []
+    return noise_of(state.contest, index, {"warnings": it.warnings if it else []})
 
 
 def _best_code(run: dict[str, Any]) -> str | None:

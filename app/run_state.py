@@ -42,7 +42,7 @@ class IterationState:
     has_profile: bool = False
     has_recommendations: bool = False
     stage: str | None = None  # the running evaluation's latest stage ("checking seed 2/5"), None once finished
-    noise: list[str] = field(default_factory=list)  # its verdict's warnings that its timings were beyond the bounds
+    warnings: list[str] = field(default_factory=list)  # its verdict's warnings (noisy timings among them)
 
 
 @dataclass
@@ -196,7 +196,7 @@ def _verdict(state: RunState, event: dict, it: IterationState | None) -> None:
         for key in ("candidate_ms", "eager_ms", "compiled_ms", "speedup_vs_eager", "speedup_vs_compiled"):
             if verdict.get(key) is not None:
                 setattr(it, key, verdict[key])
-        it.noise = [str(w) for w in verdict.get("warnings") or [] if str(w).startswith("noisy timing")]
+        it.warnings = [str(w) for w in verdict.get("warnings") or []]
 
 
 @folds(EventKind.EVAL_STAGE)

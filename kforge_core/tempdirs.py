@@ -160,7 +160,9 @@ def sweep(root: Path) -> list[Path]:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or token(int(m.group(1))) == m.group(2):
             continue
         if mounts is None:
-            mounts = _mount_points()
+            from .eval.new_root import mount_points  # read only when there is something to sweep
+
+            mounts = mount_points()
         top = entry.path.rstrip("/") + "/"
         if any(p.startswith(top) for p in mounts):
             continue
@@ -168,12 +170,3 @@ def sweep(root: Path) -> list[Path]:
         removed.append(Path(entry.path))
     return removed
 
-
-def _mount_points() -> list[str]:
-    """Every mount point this process sees (/proc/self/mountinfo, field 5, octal escapes undone)."""
-    try:
-        with open("/proc/self/mountinfo") as f:
-            return [re.sub(r"\\([0-7]{3})", lambda e: chr(int(e.group(1), 8)), line.split()[4])
-                    for line in f if len(line.split()) > 4]
-    except OSError:
-        return []

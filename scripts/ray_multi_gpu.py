@@ -62,7 +62,7 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _bench(suite: str, out: Path, gpus: int, args, size_class: str | None) -> dict:
+def _bench(suite: str, out: Path, gpus: int, args, size_class: str | None, device: str) -> dict:
     from kforge_core.bench.ray_driver import RayExecutor
     from kforge_core.bench.ray_local import local_cluster
     from kforge_core.bench.runner import BenchConfig, run_bench
@@ -81,7 +81,7 @@ def _bench(suite: str, out: Path, gpus: int, args, size_class: str | None) -> di
         wall = time.perf_counter() - start
     records = json.loads((out / "results.json").read_text())["problems"]
     run = {"gpus": gpus, "wall_s": wall, "records": records, "summary": summary, "settings": _settings(suite, args),
-           "device": _device(args),
+           "device": device,
            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     (out / "scaling_run.json").write_text(json.dumps(run, indent=1, default=str))
     return run
@@ -130,20 +130,14 @@ def _settings(suite: str, args) -> dict:
     return {"suite": suite, "target": args.target, "level": args.level, "full": args.full, "best_of": args.best_of}
 
 
-def _device(args) -> str:
-    from kforge_core.platform import get_platform
-
-    return get_platform(args.target).device_name()
-
-
-def _reused(folder: Path, suite: str, args) -> dict | None:
+def _reused(folder: Path, suite: str, args, device: str) -> dict | None:
     """A finished bench of an earlier call, if it was made with these settings on this kind of device (a later
     call may land on another machine: an H100 bench is no baseline for H200s)."""
     try:
         run = json.loads((folder / "scaling_run.json").read_text())
     except (OSError, ValueError):
         return None
-    return run if run.get("settings") == _settings(suite, args) and run.get("device") == _device(args) else None
+    return run if run.get("settings") == _settings(suite, args) and run.get("device") == device else None
 
 
 def main() -> int:
@@ -196,13 +190,13 @@ def main() -> int:
         base = None
         for k in counts:
             folder = out / f"{name}-{k}gpu"
-            run = _reused(folder, spec, args) if args.reuse else None
+            run = _reused(folder, spec, args, device) if args.reuse else None
             if run:
                 print(f"== {name}, {k} GPU(s): read back from {folder} (finished {run['finished']})", flush=True)
             else:
                 print(f"== {name}, {k} GPU(s)", flush=True)
                 shutil.rmtree(folder, ignore_errors=True)  # a partial bench would time nothing
-                run = _bench(spec, folder, k, args, size_class)
+                run = _bench(spec, folder, k, args, size_class, device)
             base = base or run
             same, diff = same_verdicts(base["records"], run["records"])
             mismatch |= not same

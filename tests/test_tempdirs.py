@@ -201,7 +201,9 @@ def test_what_the_sweep_never_removes(private_tmp, monkeypatch):
     if os.geteuid() == 0:  # only root can make one here
         owned_by_other.mkdir()
         os.chown(owned_by_other, 65534, 65534)
-    monkeypatch.setattr(tempdirs, "_mount_points", lambda: ["/", str(mounted / "eval-x")])
+    from kforge_core.eval import new_root
+
+    monkeypatch.setattr(new_root, "mount_points", lambda: ["/", str(mounted / "eval-x")])
 
     removed = tempdirs.sweep(private_tmp)
 

@@ -213,6 +213,14 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
     return timed_out, memory_exceeded
 
 
+def _fork_server(isolated: bool, kind: str):
+    """The fork server evaluations of this kind fork from (its key ignores HOME, the only part of the environment
+    that names a workdir), started if needed."""
+    from . import forkserver
+
+    return forkserver.get(child_environment(Path(tempfile.gettempdir()), isolated), kind)
+
+
 def prestart(target: str, memory_limit_mb: int | None, limit_address_space: bool) -> None:
     """Start the fork server that `target`'s evaluations fork from and pre-start its first children, as
     `run_child` would on its first call: a run calls this as it begins, so that its first evaluation does not
@@ -224,8 +232,7 @@ def prestart(target: str, memory_limit_mb: int | None, limit_address_space: bool
     if not (platform.fork_server_safe and forkserver.enabled()):
         return
     isolated, _ = isolation_status()
-    server = forkserver.get(child_environment(Path(tempfile.gettempdir()), isolated),
-                            forkserver.kind_for({"target": platform.name}))
+    server = _fork_server(isolated, forkserver.kind_for({"target": platform.name}))
     if warm_pool.enabled():
         server.pool.prime(warm_pool.Spec.of(platform.name, memory_limit_mb, limit_address_space, isolated))
 
@@ -260,8 +267,8 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
     server = slot = None
     kind = forkserver.kind_for(request)
     if fork_server_safe and module == "kforge_core.eval.harness.child" and forkserver.enabled():
-        try:  # the server's key ignores HOME, the only part of the environment that names the workdir
-            server = forkserver.get(child_environment(Path(tempfile.gettempdir()), isolated), kind)
+        try:
+            server = _fork_server(isolated, kind)
         except SandboxError:
             server = None  # spawning still works; only slower
     if server is not None and warm_pool.enabled() and request.get("mode") in warm_pool.POOLED_MODES:
