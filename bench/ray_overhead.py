@@ -140,6 +140,16 @@ def main() -> int:
             print(f"round {r + 1}: local {local_s:6.1f} s, Ray {ray_s:6.1f} s over {len(local)} problems; per problem "
                   f"local {_walls(local, 'wall_s')} s, Ray {_walls(remote, 'wall_s')} s (queued "
                   f"{_walls(remote, 'queued_s')} s); verdicts {'identical' if ok else 'DIFFER: ' + diff}", flush=True)
+            for a, b in zip(local, remote):  # what each side said where they differ: the reason, not only the label
+                if not ok and (a.get("status"), a.get("correct")) != (b.get("status"), b.get("correct")):
+                    for side, rec in (("local", a), ("Ray", b)):
+                        print(f"   {rec['problem']} ({side}): {rec.get('status')}, last verdict "
+                              f"{rec.get('last_status')}: {(rec.get('reason') or '')[:600]}", flush=True)
+            if os.environ.get("OUT"):  # both benches' records, to read after the call
+                for name in (f"local-{r}", f"ray-{r}"):
+                    src = work / name / "results.json"
+                    if src.exists():
+                        Path(os.environ["OUT"], f"ray_overhead_{name}.json").write_text(src.read_text())
     measured = rows if args.warm_up == "local" else rows[1:] or rows
     n = measured[0][3]
     after = " after the first" if args.warm_up == "both" and len(rows) > 1 else ""

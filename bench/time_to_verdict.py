@@ -7,7 +7,11 @@ ctypes candidate with its two children forked on demand instead of pre-started (
 warm pool, `kforge_core.eval.warm_pool`): before and after, side by side in one run, their runs interleaved so that
 the machine's load hits both alike.
 
-    python bench/time_to_verdict.py --target cpu [--runs 5] [--cli] [--variants ap0,a]
+    python bench/time_to_verdict.py --target cpu [--runs 5] [--cli] [--variants ap0,a] [--think S]
+
+--think S pauses S seconds before each timed evaluation, as a run does while its model writes the next candidate:
+the warm pool starts a used child's replacement only once the evaluation has ended (never beside its timed calls),
+so evaluations back to back (S = 0, the default) find no pre-started child waiting and fork theirs on demand.
 
 Each variant runs `--runs` times; the table prints median/min/max wall seconds and ratios measured side by side in
 this one run. By default the evaluations are made through the library (`kforge_core.eval.evaluator.evaluate`, as the loop
@@ -71,6 +75,8 @@ def main() -> int:
     ap.add_argument("--variants", default="a0,a1,ap0,a,b,c",
                     help="which variants to run (their letters), e.g. a1,a for the judge's cost alone, ap0,a for "
                          "the warm pool's")
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="seconds between evaluations, as a model's reply time in a run (default 0: back to back)")
     args = ap.parse_args()
     chosen = {v.strip() for v in args.variants.split(",") if v.strip()} | {"a"}  # (a) is every ratio's base
 
@@ -109,6 +115,7 @@ def main() -> int:
     rows = {name: ([], [], set(), []) for name in variants}
     for _ in range(args.runs):  # round-robin: every variant sees the same stretch of machine load
         for name, (make, env) in variants.items():
+            time.sleep(args.think)  # not counted
             handed = warm_pool.STATS["handed_off"]
             wall, result = _evaluate(example.problem, make(), args.target, args.cli, env)
             result["pre_started"] = warm_pool.STATS["handed_off"] - handed  # children that were waiting
@@ -128,7 +135,8 @@ def main() -> int:
 
     base = median_of("(a) ")
     print(f"\nTime to verdict, target {args.target}, {args.runs} runs each, "
-          f"{'CLI processes' if args.cli else 'library calls'}:")
+          f"{'CLI processes' if args.cli else 'library calls'}, "
+          f"{f'{args.think:g} s between evaluations (a model writing)' if args.think else 'back to back'}:")
     print("| variant | median s | min s | max s | candidate build s (median) | vs (a) | verdicts |")
     print("|---|---|---|---|---|---|---|")
     for name, (walls, builds, statuses, _) in rows.items():

@@ -19,7 +19,11 @@ checks, timing of candidate and eager reference), median of --runs, for
        a2s,a2f,a2,d2s,d2f,d2` gives before (spawned), forked and pre-started side by side; their runs interleave
        (round-robin), so the card's and the host's load hit every variant alike
 
-    python bench/time_to_verdict_gpu.py [--runs 5] [--cases a,a2,b,c,d,d2,af] [--baselines] [--out DIR]
+    python bench/time_to_verdict_gpu.py [--runs 5] [--cases a,a2,b,c,d,d2,af] [--baselines] [--think S] [--out DIR]
+
+--think S pauses S seconds before each timed evaluation, as a run does while its model writes the next candidate:
+the pool starts a used child's replacement only once the evaluation has ended (never beside its timed calls), so
+evaluations back to back (the default, S = 0) find no pre-started child waiting and fork theirs on demand.
 
 The torch.compile baseline is off by default here (--baselines turns it on for every case): it costs the same for
 every candidate of a problem, whatever its format, and would only add a constant to each row. Cold variants get a
@@ -156,7 +160,8 @@ def _report(rows: dict, device: str, opts, args, floor: float) -> str:
     base_key = "a" if "a" in rows else next(iter(rows))
     base = statistics.median(rows[base_key]["walls"])
     lines = [f"Time to verdict on {device}: full evaluate() (5 seeds, timing of candidate and eager, torch.compile "
-             f"baseline {'on' if opts.baselines else 'off unless noted'}), {args.runs} runs each, library calls; "
+             f"baseline {'on' if opts.baselines else 'off unless noted'}), {args.runs} runs each, library calls, "
+             f"{f'{args.think:g} s between evaluations (a model writing)' if args.think else 'back to back'}; "
              f"bare child floor (python + import torch + CUDA context) {floor:.2f} s",
              "", f"| variant | median s | min s | max s | candidate build s (median) | vs {base_key} | "
                  f"pre-started children per run | verdicts |",
@@ -179,7 +184,8 @@ def _report(rows: dict, device: str, opts, args, floor: float) -> str:
     table = "\n".join(lines)
     if args.out:
         Path(args.out, "time_to_verdict_gpu.json").write_text(json.dumps(
-            {"device": device, "baselines": opts.baselines, "runs": args.runs, "child_floor_s": floor, "rows": rows},
+            {"device": device, "baselines": opts.baselines, "runs": args.runs, "think_s": args.think,
+             "child_floor_s": floor, "rows": rows},
             indent=1))
         Path(args.out, "time_to_verdict_gpu.md").write_text(table + "\n")
     return table
@@ -202,6 +208,8 @@ def main() -> int:
     ap.add_argument("--baselines", action="store_true", help="time the torch.compile baseline in every case")
     ap.add_argument("--out", default=os.environ.get("OUT"), help="directory for the JSON results")
     ap.add_argument("--breakdown", action="store_true", help="first profile one NVRTC evaluation child (cProfile)")
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="seconds between evaluations, as a model's reply time in a run (default 0: back to back)")
     args = ap.parse_args()
     keys = [k.strip() for k in args.cases.split(",") if k.strip()]
     opts = EvalOptions(baselines=args.baselines)
@@ -242,6 +250,7 @@ def main() -> int:
         for key in keys:
             label, target, make, cold, baselines = CASES[key]
             setenv(key)
+            time.sleep(args.think)  # not counted
             handed = warm_pool.STATS["handed_off"]
             wall, r = run(target, make(f"kforge bench {uuid.uuid4().hex}" if cold else None), baselines)
             row = rows[key]

@@ -2,7 +2,7 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|single] [args...]
+#   bash scripts/gpu_check.sh [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|kernelbench|single] [args...]
 #   e.g.  bash scripts/gpu_check.sh bench --runs 5
 #   judge: the judge split on the GPU (docs/EVALUATOR.md): the examples judged out of process and in one process,
 #   hostile variants that must fail because the judge is out of reach, then time to verdict judged vs one process
@@ -18,9 +18,13 @@
 #   call, so to go on in a later call, copy the returned <suite>-<k>gpu/scaling_run.json (and runs.db) back into
 #   bench/out/ray_multi_gpu/ here and name that folder in the call's carry: --reuse reads a bench made on the same
 #   kind of device only
+#   kernelbench: `bench --agent builtin --target cuda` over KernelBench's level 1/2 carried in .kb/, one worker per
+#   GPU, stopped at KB_TIME_LIMIT (480 s) and resumable across calls (see the function)
 #   rayoverhead: bench/ray_overhead.py on one GPU (issue 27: the local executor vs Ray, fresh processes, same suite)
 #   single: one GPU's measurements in one call, each under its own limit: time to verdict, timing fidelity, a run's
-#   first verdict prepared or not, Ray vs local over 6 gallery problems (SINGLE_SUITE to change them)
+#   first verdict prepared or not, Ray vs local over 6 gallery problems (SINGLE_SUITE to change them); SINGLE_STEPS
+#   picks steps ("ttv rayoverhead"), SINGLE_LIMIT_<step> sets a step's seconds; time to verdict pauses 3 s between
+#   evaluations as a run's model does (the pool refills a used child only after its evaluation)
 #   (both need Ray: pip install -r requirements-ray.txt, or its wheels carried where nothing can be fetched)
 #
 # Never changes GPU settings (clocks, power, MIG); ncu runs with --clock-control none.
@@ -164,6 +168,21 @@ scaling() {  # Ray over this host's GPUs, stopped inside the call's limit so tha
   done
 }
 
+kernelbench() {  # issue 26: the built-in agent over KernelBench's level 1 and 2 (a checkout, unchanged, carried in
+  # .kb/), every GPU of the host one worker each, stopped inside the call's limit; resumable: copy the returned
+  # kb_cuda/progress.jsonl into bench/out/kb_cuda/ here and name that folder in the next call's carry
+  echo "== KernelBench, built-in agent, CUDA"
+  local folder="$PWD/bench/out/kb_cuda"
+  mkdir -p "$folder"
+  "$PY" -m kforge_core bench --suite "${KB_SUITE:-$PWD/.kb}" --target cuda --agent builtin --out "$folder" \
+    --db "$folder/runs.db" --time-limit "${KB_TIME_LIMIT:-480}" --problem-time-limit "${KB_PROBLEM_LIMIT:-240}" \
+    "$@" 2>&1 | grep -v -E "WARNING|INFO" | tee -a "$OUT/kernelbench.log"
+  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  for f in progress.jsonl results.json results.csv report.html; do
+    [ -f "$folder/$f" ] && install -D -m 644 "$folder/$f" "$OUT/kb_cuda/$f"
+  done
+}
+
 rayoverhead() {  # the local executor vs Ray on GPU 0, each bench a fresh process
   echo "== Ray vs local, one GPU"
   "$PY" bench/ray_overhead.py --target cuda "$@" 2>&1 | grep -v -E "WARNING|INFO" | tee "$OUT/ray_overhead.log"
@@ -173,11 +192,13 @@ rayoverhead() {  # the local executor vs Ray on GPU 0, each bench a fresh proces
 single() {  # one GPU, one 10-minute call: each step under its own limit, its log in $OUT as soon as it ends
   # (a step cut by its limit still leaves what it printed; the next step runs regardless)
   local step rc
-  for step in "ttv:120:$PY bench/time_to_verdict_gpu.py --out $OUT --runs 5 --cases a2" \
+  for step in "ttv:120:$PY bench/time_to_verdict_gpu.py --out $OUT --runs 5 --cases a2 --think 3" \
               "fidelity:150:$PY bench/timing_fidelity.py --target cuda --no-bare" \
               "first_verdict:130:$PY bench/first_verdict.py --target cuda --latency 10 --runs 2" \
               "rayoverhead:170:$PY bench/ray_overhead.py --target cuda --warm-up local --rounds 1 --suite ${SINGLE_SUITE:-level1/01_relu,level1/03_silu,level1/12_softmax,level2/01_linear_bias_gelu,level2/06_swish_bias_clamp,level2/08_standardize}"; do
     local name="${step%%:*}" rest="${step#*:}"; local limit="${rest%%:*}" cmd="${rest#*:}"
+    case " ${SINGLE_STEPS:-ttv fidelity first_verdict rayoverhead} " in *" $name "*) ;; *) continue ;; esac
+    limit="$(printenv "SINGLE_LIMIT_$name" || echo "$limit")"
     echo "== $name (limit ${limit} s): $cmd"
     timeout "$limit" $cmd 2>&1 | grep -v -E "WARNING|INFO" | tee "$OUT/single_$name.log" | tail -25
     rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || { echo "   ($name ended with status $rc)"; status=$rc; }
@@ -196,9 +217,10 @@ case "$MODE" in
   footprint) probe; footprint "$@" ;;
   scaling) probe; scaling "$@" ;;
   rayoverhead) probe; rayoverhead "$@" ;;
+  kernelbench) probe; kernelbench "$@" ;;
   single) probe; single ;;
   all) probe; tests; inline_report; isolation; bench "$@"; fidelity ;;
-  *) echo "usage: $0 [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|single] [args]"
+  *) echo "usage: $0 [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|kernelbench|single] [args]"
      exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1

@@ -157,10 +157,47 @@ def test_pre_started_children_serve_once_are_replaced_and_see_what_forked_ones_s
 
 
 @needs_fork_server
+def test_replacements_start_after_the_evaluation_not_beside_its_timed_calls(caller, monkeypatch):
+    """Starting a child (a fork, namespaces; on GPU targets a CUDA context) takes host and device time: while an
+    evaluation's children run -- from the hand-off of the two pre-started ones until they have exited, timing
+    included -- the pool starts none; once the evaluation has ended, two wait again."""
+    monkeypatch.setenv("KFORGE_EVAL_POOL", "1")
+    assert run_case(PROBE).status == "correct"  # the server, and this kind of child kept warm
+    server = _server()
+    _waiting(server, 2)
+    handed = warm_pool.STATS["handed_off"]
+    timed = Case("example_timed", EXAMPLE_PROBLEM, EXAMPLE_PROBLEM.parent / "candidate.py", {"baselines": False})
+    done, seen = threading.Event(), []
+
+    def watch():  # what the pool holds or is starting, sampled while the two children it handed off run
+        while not done.is_set():
+            if warm_pool.STATS["handed_off"] >= handed + 2:
+                with server.pool._lock:
+                    held = sum(map(len, server.pool._slots.values())) + sum(server.pool._pending.values())
+                if all(_alive(pid) for pid in list(warm_pool.HANDED_OFF)[-2:]):
+                    seen.append(held)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        verdict = run_case(timed)
+    finally:
+        done.set()
+        watcher.join()
+    assert verdict.status == "correct", (verdict.status, verdict.reason)
+    assert verdict.candidate is not None  # it was timed
+    assert warm_pool.STATS["handed_off"] == handed + 2
+    assert len(seen) > 20 and set(seen) == {0}, seen[:50]
+    refilled = _waiting(server, 2)
+    assert not set(refilled) & set(warm_pool.HANDED_OFF)
+
+
+@needs_fork_server
 def test_a_runaway_retires_the_pool_with_its_server(caller, monkeypatch):
     """A child that ran away (here: timed out) retires its fork server, and with it every child waiting in its
-    pool, including the replacements started after the runaway's hand-off: none of them is ever used, and the
-    retired server exits once nothing of it is left."""
+    pool: none of them is ever used, no replacement is started after the runaway, and the retired server exits once
+    nothing of it is left."""
     from kforge_core.eval.evaluator import EvalOptions
     from kforge_core.platform import get_platform
 
@@ -169,14 +206,14 @@ def test_a_runaway_retires_the_pool_with_its_server(caller, monkeypatch):
     server = _server()
     spec = warm_pool.Spec.of("cpu", EvalOptions().memory_limit_mb, get_platform("cpu").limit_address_space,
                              isolation.status()[0])
-    assert server.pool.take(spec) is None  # asks for the kind an evaluation uses: two start in the background
+    server.pool.prime(spec)  # the kind an evaluation uses: two start in the background
     before = _waiting(server, 2)
     hang = Case("python_infinite_loop", EXAMPLE_PROBLEM, HOSTILE / "python_infinite_loop.py",
                 {"timing": False, "timeout_s": 8})
     v = run_case(hang)
     assert v.status == "timeout", (v.status, v.reason)
     assert set(before) <= set(warm_pool.HANDED_OFF)  # the runaway ran in the pre-started pair
-    assert server.retired and server.pool.waiting() == []
+    assert server.retired and server.pool.waiting() == [] and not +server.pool._pending
     server.proc.wait(timeout=60)  # its last child gone (the replacements discarded), the zygote exits
     assert not any(_alive(pid) for pid in before)
     assert _server() is not server

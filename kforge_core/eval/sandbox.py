@@ -264,7 +264,7 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
 
     _clear_dumpable()
     isolated, why_not = isolation_status()
-    server = slot = None
+    server = slot = spec = pool = None
     kind = forkserver.kind_for(request)
     if fork_server_safe and module == "kforge_core.eval.harness.child" and forkserver.enabled():
         try:
@@ -272,8 +272,9 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
         except SandboxError:
             server = None  # spawning still works; only slower
     if server is not None and warm_pool.enabled() and request.get("mode") in warm_pool.POOLED_MODES:
-        slot = server.pool.take(warm_pool.Spec.of(request.get("target", ""), memory_limit_mb, limit_address_space,
-                                                  isolated))
+        spec = warm_pool.Spec.of(request.get("target", ""), memory_limit_mb, limit_address_space, isolated)
+        pool = server.pool
+        slot = pool.take(spec)
     workdir = slot.workdir if slot else tempdirs.make("eval-")
     chans = channels.Channels()
     plan = None
@@ -347,6 +348,8 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
     finally:
         if slot is not None:
             slot.stop()  # if it was never handed its request (an error before): ended here
+        if pool is not None:
+            pool.refill(spec)  # after the timed calls, not beside them (a retired server's pool starts none)
         if channel is not None:
             channel.close()
         if group is not None:

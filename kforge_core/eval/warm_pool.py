@@ -9,8 +9,9 @@ environment, resource limits, pids cgroup, namespaces and new root, no capabilit
 Only its directory, cgroup and isolation plan are made ahead of time here, for the evaluation that will take it;
 files, the progress channel's FIFOs, and every descriptor (result, logs, build channel, judge <-> candidate socket)
 are still made by the caller per evaluation, and handed over on the child's control socket (SCM_RIGHTS). Each child
-serves one request and exits: a used child is never reused, and a replacement is started in the background right
-after the hand-off. A kind of child (`Spec`: target, limits, isolation plan) is kept warm once an evaluation asked
+serves one request and exits: a used child is never reused, and its replacement is started in the background once
+the evaluation that used it has ended (`refill`), not at the hand-off: starting one (a fork, namespaces and, on GPU
+targets, a CUDA context) while the evaluation times its kernels took host and device time from the timed calls. A kind of child (`Spec`: target, limits, isolation plan) is kept warm once an evaluation asked
 for it; one kind per target and at most `MAX_SPECS` kinds per server (the least recently used is discarded). The fork server's
 retirement (a runaway child) discards its pool: none of its waiting children is used.
 
@@ -133,7 +134,8 @@ class WarmPool:
         _pools.add(self)
 
     def take(self, spec: Spec) -> Slot | None:
-        """A waiting child of this kind (None if none is there yet); starts its replacement either way."""
+        """A waiting child of this kind (None if none is there yet). Its replacement is started by `refill`, which the
+        caller calls once the evaluation has ended."""
         with self._lock:
             if self._closed:
                 return None
@@ -147,7 +149,6 @@ class WarmPool:
             STATS["missed"] += 1
         for s in evicted:
             s.discard()
-        self._refill(spec)
         return slot
 
     def prime(self, spec: Spec) -> None:
@@ -156,9 +157,10 @@ class WarmPool:
             if self._closed:
                 return
             self._slots.setdefault(spec, [])
-        self._refill(spec)
+        self.refill(spec)
 
-    def _refill(self, spec: Spec) -> None:
+    def refill(self, spec: Spec) -> None:
+        """Start children of this kind, in the background, until POOL_SIZE wait or are starting."""
         with self._lock:
             if self._closed or spec not in self._slots:
                 return
