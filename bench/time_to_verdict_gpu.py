@@ -224,9 +224,13 @@ def main() -> int:
                           args.out, opts.baselines)
         print("\n".join(text.splitlines()[:60]), flush=True)
 
-    def run(target: str, source: str, baselines: bool) -> tuple[float, dict]:
+    stages: dict[str, list] = {}  # per case: the last run's stages, (seconds since its start, stage)
+
+    def run(target: str, source: str, baselines: bool, key: str = "") -> tuple[float, dict]:
         t0 = time.perf_counter()
-        v = evaluate(problems[target], source, target, EvalOptions(baselines=opts.baselines or baselines))
+        seen = stages[key] = []
+        v = evaluate(problems[target], source, target, EvalOptions(baselines=opts.baselines or baselines),
+                     on_stage=lambda st: seen.append((time.perf_counter() - t0, st.get("stage"))))
         return time.perf_counter() - t0, v.to_dict()
 
     from kforge_core.eval import warm_pool
@@ -252,7 +256,7 @@ def main() -> int:
             setenv(key)
             time.sleep(args.think)  # not counted
             handed = warm_pool.STATS["handed_off"]
-            wall, r = run(target, make(f"kforge bench {uuid.uuid4().hex}" if cold else None), baselines)
+            wall, r = run(target, make(f"kforge bench {uuid.uuid4().hex}" if cold else None), baselines, key)
             row = rows[key]
             row["walls"].append(wall)
             row["builds"].append(r.get("build_s") or 0.0)
@@ -266,6 +270,10 @@ def main() -> int:
                   f"{row['pre_started'][-1]} pre-started ({r['status']})", flush=True)
         table = _report(rows, device, opts, args, floor)  # written after every round: a cut-off run keeps its rows
     print("\n" + table)
+    for key in keys:  # where one evaluation's time went: when each stage began (the last run of each case)
+        marks = stages.get(key) or []
+        print(f"stages of the last {key} run: " + ", ".join(f"{t:.2f} s {name}" for t, name in marks)
+              + f", verdict {rows[key]['walls'][-1]:.2f} s" if rows[key]["walls"] else "")
 
     bad = [r for r in rows.values() if any(s != "correct" for s in r["statuses"])]
     for r in bad:
