@@ -173,8 +173,32 @@ def identities_of(torch) -> dict[str, object]:
     spaces = [(name, sys.modules[name]) for name in IDENTITY_MODULES if name in sys.modules]
     spaces += [("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase),
                ("torch.nn.Module", torch.nn.Module), ("torch.nn.Parameter", torch.nn.Parameter)]
+    spaces += [(f"{cls.__module__}.{cls.__qualname__}", cls) for cls in _platform_classes()]
     for prefix, space in spaces:
         for name, value in vars(space).items():
             snap[f"id:{prefix}.{name}"] = value
     return snap
+
+
+def _platform_classes() -> list[type]:
+    """Every loaded platform and timer class (kforge_core.platform's Platform and Timer, and their subclasses in
+    platforms/): the cache flush, synchronisation and timers the candidate's own process calls around its timed
+    calls. A candidate that replaced one on the class (say `flush_cache`, so its inputs stay cached while eager's are
+    evicted) shows up as changed; the instance's own attributes are not consulted (`platform_call`)."""
+    base = sys.modules.get("kforge_core.platform")
+    if base is None:
+        return []
+    out, todo = [], [base.Platform, base.Timer]
+    while todo:
+        cls = todo.pop()
+        if cls not in out:
+            out.append(cls)
+            todo.extend(type.__subclasses__(cls))
+    return out
+
+
+def platform_call(platform, name: str, *args):
+    """`platform.name(*args)` through its class, never an attribute set on the instance (which no snapshot of the
+    classes would see)."""
+    return getattr(type(platform), name)(platform, *args)
 
