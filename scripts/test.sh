@@ -11,7 +11,8 @@ if ! command -v chromium >/dev/null 2>&1; then
       || echo "warning: could not install chromium; browser tests will be skipped"
   fi
 fi
-# Ray (requirements-ray.txt) is left out on purpose: its tests (tests/test_bench_ray.py, marked `ray`) start a real
-# multi-node cluster and take minutes on 2 cores; without Ray they skip and say so.
+# Ray too (requirements-ray.txt, optional for users): its tests (tests/test_bench_ray.py, marked `ray`) start a real
+# two-node cluster on this machine and are part of CI (about 4 minutes on 2 cores); `-m "not ray"` leaves them out.
+python3 -m pip install -q -r requirements-ray.txt
 export KFORGE_CACHE_DIR="${KFORGE_CACHE_DIR:-$(mktemp -d)/kforge-cache}"
 exec python3 -m pytest -q "$@"
