@@ -19,7 +19,9 @@
 #   bench/out/ray_multi_gpu/ here and name that folder in the call's carry: --reuse reads a bench made on the same
 #   kind of device only
 #   kernelbench: `bench --agent builtin --target cuda` over KernelBench's level 1/2 carried in .kb/, one worker per
-#   GPU, stopped at KB_TIME_LIMIT (480 s) and resumable across calls (see the function)
+#   GPU, stopped at KB_TIME_LIMIT (480 s) and resumable across calls (see the function); the device has no
+#   sqlite-utils/openai/plotly: carry their wheels (.whlkb/: .whlray/ without ray, 18 MB; all of .whlray plus the
+#   tree is over the 64 MiB carry limit) and install them first, as for scaling
 #   rayoverhead: bench/ray_overhead.py on one GPU (issue 27: the local executor vs Ray, fresh processes, same suite)
 #   single: one GPU's measurements in one call, each under its own limit: time to verdict, timing fidelity, a run's
 #   first verdict prepared or not, Ray vs local over 6 gallery problems (SINGLE_SUITE to change them); SINGLE_STEPS
