@@ -2,10 +2,12 @@
 children and the run's torch.compile baseline started beside the model's first reply: `evaluator.prepare`) and
 without (`KFORGE_PREPARE=0`: started by the first evaluation, after the reply), side by side in one run.
 
-    python bench/first_verdict.py [--target cpu] [--latency 10] [--runs 3]
+    python bench/first_verdict.py [--target cpu] [--latency 10] [--runs 3] [--broken]
 
 The model is the project's fake OpenAI-protocol server on 127.0.0.1 (no endpoint is reachable from here), answering
 the target's own example candidate after `--latency` seconds, as a hosted model takes seconds to write a program.
+`--broken`: its answer is that candidate with a C++ syntax error (a first program that does not compile, as models
+often write): the first verdict is a compile_error, which needs no torch.compile baseline.
 Every run is a fresh process (a new CLI run or app worker: no fork server, no baseline yet), the two settings
 alternate, and the table prints median/min/max seconds from the run's start to its first verdict and to its end.
 """
@@ -25,7 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def one_run(target: str, latency: float) -> dict:
+def broken(source: str) -> str:
+    """The example candidate with one syntax error in its kernel: the first `;` that ends a line of its kernel source
+    is cut (the CPU and CUDA examples both keep their kernel in an r\"\"\" string)."""
+    kernel_start = source.index('r"""')
+    cut = source.index(";\n", kernel_start)
+    return source[:cut] + source[cut + 1:]
+
+
+def one_run(target: str, latency: float, broken_first: bool = False) -> dict:
     from kforge_core.agents.factory import build_agents
     from kforge_core.loop import RunConfig, Synthesis
     from kforge_core.platform import get_platform
@@ -33,7 +43,8 @@ def one_run(target: str, latency: float) -> dict:
     from tests.fakes.openai_server import FakeOpenAIServer
 
     example = get_platform(target, require_available=True).example()
-    program = f"Here it is.\n```python\n{Path(example.candidate).read_text()}```\n"
+    source = Path(example.candidate).read_text()
+    program = f"Here it is.\n```python\n{broken(source) if broken_first else source}```\n"
     with FakeOpenAIServer(models=("gen-model",)) as server:
         server.enqueue_for("gen-model", Reply(text=program, delay_s=latency))
         cfg = RunConfig(problem_source=Path(example.problem).read_text(), problem_name="example", target=target,
@@ -50,20 +61,25 @@ def one_run(target: str, latency: float) -> dict:
 
 def main() -> int:
     if sys.argv[1:2] == ["--one"]:
-        print(json.dumps(one_run(sys.argv[2], float(sys.argv[3]))))
+        print(json.dumps(one_run(sys.argv[2], float(sys.argv[3]), sys.argv[4:5] == ["broken"])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="cpu")
     ap.add_argument("--latency", type=float, default=10.0, help="seconds the model takes to reply (default 10)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--broken", action="store_true",
+                    help="the model's first answer is a candidate that does not compile (a C++ syntax error)")
     args = ap.parse_args()
     results: dict[str, list[dict]] = {"prepared": [], "not prepared": []}
     print(f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, target {args.target}, model latency "
-          f"{args.latency:g} s, {args.runs} runs each, load {os.getloadavg()[0]:.1f}", flush=True)
+          f"{args.latency:g} s, {args.runs} runs each, first program "
+          f"{'broken (does not compile)' if args.broken else 'the example'}, load {os.getloadavg()[0]:.1f}",
+          flush=True)
     for i in range(args.runs):
         for name in (("prepared", "not prepared") if i % 2 == 0 else ("not prepared", "prepared")):
             env = {**os.environ, "KFORGE_PREPARE": "1" if name == "prepared" else "0"}
-            out = subprocess.run([sys.executable, __file__, "--one", args.target, str(args.latency)], env=env,
+            out = subprocess.run([sys.executable, __file__, "--one", args.target, str(args.latency),
+                                  *(["broken"] if args.broken else [])], env=env,
                                  capture_output=True, text=True, cwd=ROOT)
             if out.returncode != 0:
                 print(out.stderr[-2000:], file=sys.stderr)

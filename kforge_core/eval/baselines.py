@@ -8,6 +8,10 @@ child, at the compiled baseline's turn in a trial, sends a relay request through
 (this module's `BaselineRelay`) has the server time the baseline on that trial's inputs (made from the same seed)
 and keeps the time itself, then lets the child go on. The child never sees the baseline's numbers.
 
+A build is waited for lazily (`start` -> `Build`, in a thread of its own): an evaluation starts its children at once
+and waits for the server only when its timing phase first asks for the baseline (the relay's "open"), so a candidate
+that fails to build or is wrong on a seed gets its verdict while the build goes on for the next evaluation.
+
 The eager baseline is timed where the reference lives: in the judge (`kforge_core.eval.judged`), a process that never
 imports candidate code (in the one evaluation child when the split is off); building it (constructing `Model`)
 costs milliseconds.
@@ -41,6 +45,10 @@ stats = {"started": 0}  # servers started in this process (tests read it: "built
 
 class EvaluationCancelledDuringStart(Exception):
     pass
+
+
+class BuildStopped(Exception):
+    """The build this caller waited for was stopped by whoever started it (its cancel) or by `release`."""
 
 
 def enabled() -> bool:
@@ -180,15 +188,39 @@ class BaselineServer:
 class BaselineRelay:
     """Answers one evaluation child's relay requests with the server: warm-up calls, then one timed call per trial,
     accepted only in order (trial 0, 1, 2, ...: a request out of order is refused, so nothing the candidate sends
-    can add or replace a sample). The times stay here; `summary()` gives them to the verdict."""
+    can add or replace a sample). The times stay here; `summary()` gives them to the verdict.
 
-    def __init__(self, server: BaselineServer):
+    Lazily (`server` None, `open_server` given): the child's first request, "open" as its timing phase begins, waits
+    here for the run's server (`open_server() -> (answer, server or None)`, called once) and is answered with how this
+    evaluation gets its compiled baseline: {"compiled": "shared", "conditions"}, {"compiled": "unavailable",
+    "reason"} or {"compiled": "local"} (compile it in the child). The answer never holds a time."""
+
+    def __init__(self, server: BaselineServer | None = None,
+                 open_server: Callable[[], tuple[dict, BaselineServer | None]] | None = None):
         self.server = server
+        self._open_server = open_server
+        self.answer: dict | None = {"compiled": "shared", "conditions": getattr(server, "conditions", None)} \
+            if server is not None else None
         self.samples: list[float] = []
         self.warmups = 0
 
+    def open(self) -> dict:
+        if self.answer is None:
+            if self._open_server is None:
+                self.answer = {"compiled": "local"}
+            else:
+                self.answer, self.server = self._open_server()
+        return self.answer
+
     def __call__(self, message: dict) -> dict:
         op, seed = message.get("op"), message.get("seed")
+        if op == "open":
+            return dict(self.open())
+        if self.server is None:  # a timed request before "open" waits for the server all the same
+            answer = self.open()
+            if self.server is None:
+                return {"error": str(answer.get("reason") or answer.get("error") or
+                                     "no torch.compile baseline server for this evaluation")[:300]}
         if not isinstance(seed, int) or isinstance(seed, bool):
             return {"error": "a relay request needs an integer seed"}
         if op == "warm":
@@ -215,14 +247,89 @@ class BaselineRelay:
 
 
 _servers: OrderedDict[str, BaselineServer] = OrderedDict()
-_lock = threading.Lock()  # guards _servers, _key_locks and _building; never held while a server starts
+_lock = threading.Lock()  # guards _servers, _key_locks, _building and _builds; never held while a server starts
 _key_locks: dict[str, threading.Lock] = {}  # one per key: a build of one problem's server blocks no other problem
 _building: set[str] = set()  # keys whose server `get` is starting now (a caller about to wait for it can say so)
+_builds: dict[str, Build] = {}  # keys whose server a `start` thread is getting now
 
 
 def building(key: str) -> bool:
     with _lock:
-        return key in _building
+        return key in _building or key in _builds
+
+
+class Build:
+    """One key's server on its way (or there): `start` returns it at once, `wait` gives the server when it is
+    ready. Built in a thread of its own, so it goes on when the evaluation that started it has its verdict."""
+
+    def __init__(self, key: str, origin: str, server: BaselineServer | None = None, owner: object = None):
+        self.key, self.origin = key, origin  # origin: who started it, for the waiting stage ("the run started")
+        self.owner = owner  # the object that started it (an evaluation's handle), where one did
+        self.server = server
+        self.failure: BaseException | None = None
+        self.stopped = False  # set by `release` / `close_all`: the build stops at its next poll
+        self._done = threading.Event()
+        if server is not None:
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, cancel: Callable[[], bool] | None = None, poll_s: float = 0.1) -> BaselineServer:
+        """The server (its `error` / `problem_error` set where it cannot serve). Raises EvaluationCancelledDuringStart
+        when `cancel()` turns True first (the build goes on), BuildStopped when the build was stopped, SandboxError
+        when its server could not start."""
+        while not self._done.wait(poll_s):
+            if cancel is not None and cancel():
+                raise EvaluationCancelledDuringStart()
+        if isinstance(self.failure, (EvaluationCancelledDuringStart, BuildStopped)):
+            raise BuildStopped()
+        if self.failure is not None:
+            raise self.failure
+        assert self.server is not None
+        return self.server
+
+
+def start(key: str, make: Callable[[Callable[[], bool]], BaselineServer], cancel: Callable[[], bool] | None = None,
+          origin: str = "", owner: object = None) -> Build:
+    """`key`'s server, as a Build: done at once when its server is up (or known not to work), else the build under
+    way, else a new one started in a thread: `make(stop)` with `stop()` True once `cancel()` (the starter's) is, or
+    the build was released."""
+    with _lock:
+        server = _servers.get(key)
+        if server is not None and not (server.dead and server.error is None and server.problem_error is None):
+            _servers.move_to_end(key)
+            return Build(key, origin, server)
+        build = _builds.get(key)
+        if build is not None and not build.stopped:
+            return build
+        # (a released build still stopping is left to end: this one waits for the key's lock meanwhile)
+        build = _builds[key] = Build(key, origin, owner=owner)
+
+    def stop() -> bool:
+        return build.stopped or (cancel is not None and bool(cancel()))
+
+    def run() -> None:
+        server = failure = None
+        try:
+            server = get(key, lambda: _checked_make(make, stop))
+        except BaseException as e:  # noqa: BLE001 - the waiters get it
+            failure = e
+        with _lock:
+            if _builds.get(key) is build:
+                del _builds[key]
+        build.server, build.failure = server, failure
+        build._done.set()
+
+    threading.Thread(target=run, daemon=True, name=f"kforge-baseline-build-{key[:8]}").start()
+    return build
+
+
+def _checked_make(make, stop) -> BaselineServer:
+    if stop():  # released (or cancelled) while it waited for the key: no process started for nothing
+        raise BuildStopped()
+    return make(stop)
 
 
 def _key_lock(key: str) -> threading.Lock:
@@ -258,8 +365,19 @@ def get(key: str, make: Callable[[], BaselineServer]) -> BaselineServer:
     return server
 
 
+def _stop_builds(keys=None) -> list[Build]:
+    with _lock:
+        builds = [b for k, b in _builds.items() if keys is None or k in keys]
+    for b in builds:
+        b.stopped = True
+    return builds
+
+
 def release(key: str) -> None:
-    """Close `key`'s server; a start of it under way is waited for (stop it first: its `cancel`)."""
+    """Close `key`'s server; a build of it under way (`start`) is stopped and waited for; a start through `get` is
+    waited for (stop it first: its `cancel`)."""
+    for build in _stop_builds({key}):
+        build._done.wait(30)
     with _key_lock(key):
         with _lock:
             server = _servers.pop(key, None)
@@ -268,6 +386,8 @@ def release(key: str) -> None:
 
 
 def close_all() -> None:
+    for build in _stop_builds():
+        build._done.wait(30)
     with _lock:
         servers = list(_servers.values())
         _servers.clear()
@@ -276,4 +396,4 @@ def close_all() -> None:
 
 
 tempdirs.at_exit(close_all)  # the servers first (their logs are in their directories), then the directories
-os.register_at_fork(after_in_child=_servers.clear)  # the parent's servers: never closed by a forked child
+os.register_at_fork(after_in_child=lambda: (_servers.clear(), _builds.clear()))  # never the parent's in a forked child

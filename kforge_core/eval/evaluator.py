@@ -7,6 +7,7 @@ what runs in the child and `kforge_core.eval.rules` for the rules it enforces.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -88,27 +89,135 @@ class EvaluationCancelled(Exception):
     """The caller's cancel fired while an evaluation ran: its process group was killed, there is no verdict."""
 
 
-def _shared_baseline(problem: Problem, platform, options: EvalOptions, on_stage, cancel):
-    """The run's warm torch.compile baseline server, started if needed; None when it cannot serve (then the child
-    compiles its own, as before, and reports why)."""
+class _SharedBaseline:
+    """This evaluation's hold on the run's torch.compile baseline server (`baselines.Build`). Where the server is
+    ready as the evaluation begins, the child is told at once how it gets its compiled baseline; else the child
+    starts at once and asks as its timing phase begins, and only then does the caller wait for the build (`open`,
+    from the relay: the waiting stage, cancel polled, the wait added to the evaluation's time limit). A candidate
+    that fails before timing never waits, and the build goes on for the next evaluation."""
+
+    def __init__(self, problem: Problem, platform, options: EvalOptions, cancel, origin: str):
+        self.key = baselines.key_for(problem.source, options.size_class, platform.name, platform.device_name())
+        self.cancel = cancel
+        self.problem_error: str | None = None  # the server found the problem unusable: raised as ProblemError
+        self._waited = 0.0
+        self._waiting_since: float | None = None
+
+        def make(stop):
+            return baselines.BaselineServer(self.key, problem.source, platform.name, options.size_class,
+                                            memory_limit_mb=options.memory_limit_mb,
+                                            limit_address_space=platform.limit_address_space,
+                                            timeout_s=options.timeout_s, cancel=stop)
+
+        self.make = make
+        self.build = baselines.start(self.key, make, cancel, origin, owner=self)
+
+    def server(self, on_stage=None):
+        """The server, waited for (None where it could not start: the child compiles its own, as before). Raises
+        EvaluationCancelled when this evaluation's cancel turns True first (the build goes on for the others)."""
+        build = self.build
+        if not build.done and on_stage is not None:
+            since = "this evaluation started" if build.owner is self else build.origin
+            on_stage({"stage": f"waiting for the torch.compile baseline (being built since {since})"})
+        self._waiting_since = time.monotonic()
+        try:
+            while True:
+                try:
+                    return build.wait(self.cancel)
+                except baselines.EvaluationCancelledDuringStart:
+                    raise EvaluationCancelled() from None
+                except baselines.BuildStopped:
+                    if self.cancel is not None and self.cancel():
+                        raise EvaluationCancelled() from None
+                    if build.stopped:  # released (the run ended): no server for this evaluation
+                        return None
+                    # stopped by the evaluation that started it (its cancel): this one still needs it
+                    build = self.build = baselines.start(self.key, self.make, self.cancel, EVALUATION_STARTED,
+                                                         owner=self)
+                except SandboxError:
+                    return None  # the child builds its own baseline (and reports a problem error itself)
+        finally:
+            self._waited += time.monotonic() - self._waiting_since
+            self._waiting_since = None
+
+    def ready(self) -> bool:
+        """Whether the build has an outcome to use now (a server, or none to be had); a build its starter stopped
+        (its cancel) is started again for this evaluation instead, never waited for here."""
+        b = self.build
+        if b.done and isinstance(b.failure, (baselines.EvaluationCancelledDuringStart, baselines.BuildStopped)) \
+                and not b.stopped and not (self.cancel is not None and self.cancel()):
+            self.build = baselines.start(self.key, self.make, self.cancel, EVALUATION_STARTED, owner=self)
+        return self.build.done
+
+    def waited_s(self) -> float:
+        """Seconds this evaluation spent waiting for the server (live while it waits): added to its time limit."""
+        since = self._waiting_since
+        return self._waited + (time.monotonic() - since if since is not None else 0.0)
+
+    def answer(self, server) -> dict:
+        """What the child is told about its compiled baseline (never a time): today's three cases."""
+        if server is not None and server.problem_error is not None:
+            self.problem_error = server.problem_error
+            return {"compiled": "unavailable", "reason": "the problem failed in the torch.compile baseline server"}
+        if server is not None and server.error:
+            return {"compiled": "unavailable", "reason": server.error}  # compiling again would fail again
+        if server is not None and server.usable:
+            return {"compiled": "shared", "conditions": server.conditions}
+        return {"compiled": "local"}  # no server: the child compiles its own, as before
+
+    def open(self, on_stage) -> tuple[dict, object]:
+        """The relay's "open" (the child's timing phase begins): wait for the server, say how the child gets its
+        compiled baseline, and the server where it serves."""
+        try:
+            server = self.server(on_stage)
+        except EvaluationCancelled:  # the supervision kills the child at its next poll
+            return {"compiled": "unavailable", "reason": "the evaluation was cancelled"}, None
+        answer = self.answer(server)
+        return answer, server if answer["compiled"] == "shared" else None
+
+    def found_problem_error(self) -> str | None:
+        """The server's problem error, once its build has finished (never waited for)."""
+        if self.problem_error is None and self.build.done and self.build.server is not None:
+            self.problem_error = self.build.server.problem_error
+        return self.problem_error
+
+
+EVALUATION_STARTED = "an earlier evaluation started"  # as another evaluation sees a build that one started
+RUN_STARTED = "the run started"
+
+
+def _shared_baseline(problem: Problem, platform, options: EvalOptions, cancel,
+                     origin: str = EVALUATION_STARTED) -> _SharedBaseline | None:
+    """The run's torch.compile baseline server for this evaluation, on its way (started if needed, never waited for
+    here); None where the evaluation has no shared baseline (the child compiles its own, as before, if it times
+    baselines)."""
     if not (options.baselines and options.timing and baselines.enabled()):
         return None
-    key = baselines.key_for(problem.source, options.size_class, platform.name, platform.device_name())
+    return _SharedBaseline(problem, platform, options, cancel, origin)
 
-    def make():
-        return baselines.BaselineServer(key, problem.source, platform.name, options.size_class,
-                                        memory_limit_mb=options.memory_limit_mb,
-                                        limit_address_space=platform.limit_address_space,
-                                        timeout_s=options.timeout_s, on_stage=on_stage, cancel=cancel)
 
-    if on_stage is not None and baselines.building(key):
-        on_stage({"stage": "waiting for the torch.compile baseline (being built since the run started)"})
-    try:
-        return baselines.get(key, make)
-    except baselines.EvaluationCancelledDuringStart:
-        raise EvaluationCancelled() from None
-    except SandboxError:
-        return None  # the child builds its own baseline (and reports a problem error itself)
+def _with_baseline(request: dict, limits: dict, shared: _SharedBaseline | None, on_stage, cancel,
+                   raise_problem_error: bool) -> baselines.BaselineRelay | None:
+    """Say in `request` how the child gets its compiled baseline and give `limits` the relay: decided now where the
+    server is ready (or known not to work), else asked by the child as its timing phase begins (`compiled_baseline`
+    "ask"), the caller waiting for the build then."""
+    if shared is None:
+        return None
+    if shared.ready():
+        server = shared.server()
+        answer = shared.answer(server)
+        if shared.problem_error is not None and raise_problem_error:
+            raise ProblemError(shared.problem_error)
+        request["compiled_baseline"] = answer
+        relay = baselines.BaselineRelay(server) if answer["compiled"] == "shared" else None
+    else:
+        request["compiled_baseline"] = "ask"
+        relay = baselines.BaselineRelay(open_server=lambda: shared.open(on_stage))
+        limits["grace"] = shared.waited_s  # the wait is the build's time, not the evaluation's
+        if raise_problem_error:  # a problem error found by the server stops the child (raised as ProblemError)
+            limits["cancel"] = lambda: (cancel is not None and cancel()) or shared.problem_error is not None
+    limits["relay"] = relay
+    return relay
 
 
 def prepare(problem: Problem, target: str, options: EvalOptions, cancel: Callable[[], bool] | None = None) -> None:
@@ -118,9 +227,14 @@ def prepare(problem: Problem, target: str, options: EvalOptions, cancel: Callabl
     following it. Never raises: whatever did not start here is started (or reported) by the evaluation itself.
     `cancel()` turning True stops a baseline build still under way (the run ended first)."""
     platform = get_platform(target, require_available=True)
+
+    def baseline() -> None:  # started here, waited for until built (or stopped), so the thread ends with it
+        shared = _shared_baseline(problem, platform, options, cancel, RUN_STARTED)
+        if shared is not None:
+            shared.server()
+
     # an early start only: the evaluation that needs either one starts it again or says why it could not
-    for start in (lambda: prestart(platform.name, options.memory_limit_mb, platform.limit_address_space),
-                  lambda: _shared_baseline(problem, platform, options, None, cancel)):
+    for start in (lambda: prestart(platform.name, options.memory_limit_mb, platform.limit_address_space), baseline):
         if cancel is not None and cancel():
             return
         try:
@@ -139,33 +253,30 @@ def evaluate(problem: Problem, candidate_source: str, target: str, options: Eval
     platform = get_platform(target, require_available=True)
     request = {"mode": "evaluate", "target": platform.name, **{k: v for k, v in asdict(options).items()
                                                                   if k not in ("timeout_s", "memory_limit_mb")}}
-    server = _shared_baseline(problem, platform, options, on_stage, cancel)
-    relay = None
-    if server is not None and server.problem_error is not None:
-        raise ProblemError(server.problem_error)
-    if server is not None and server.usable:
-        relay = baselines.BaselineRelay(server)
-        request.update(remote_compiled=True, compiled_conditions=server.conditions)
-    elif server is not None and server.error:
-        request["compiled_unavailable"] = server.error  # compiling again in every child would fail again
     files = {"problem.py": problem.source, "candidate.py": candidate_source}
     limits = dict(timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
                   limit_address_space=platform.limit_address_space, fork_server_safe=platform.fork_server_safe,
-                  on_stage=on_stage, relay=relay, cancel=cancel)
+                  on_stage=on_stage, cancel=cancel)
+    shared = _shared_baseline(problem, platform, options, cancel)
+    relay = _with_baseline(request, limits, shared, on_stage, cancel, raise_problem_error=True)
     if judged.enabled():  # the judge in one process, the candidate in another (docs/EVALUATOR.md)
         outcome = judged.run_judged(run_child, request, files, **limits)
     else:
         outcome = run_child(request, files, **limits)
+    if shared is not None and shared.problem_error is not None:  # found as the child asked: it was stopped
+        raise ProblemError(shared.problem_error)
     if outcome.cancelled:
         raise EvaluationCancelled()
+    if shared is not None and shared.found_problem_error():  # the build finished meanwhile: as if found before
+        raise ProblemError(shared.problem_error)
     if outcome.result is not None:
         ceilings.store_reported(outcome.result.pop("measured_ceilings", None))
     verdict = _outcome_to_verdict(outcome, platform.name, options.timeout_s)
     if not judged.enabled() and outcome.result is not None:
         verdict.warnings.append("judged in the candidate's own process (KFORGE_JUDGE=0 or no memfd on this OS): "
                                 "code that gets past the static rules and guards could forge this verdict")
-    if relay is not None:
-        _merge_shared_baseline(verdict, relay, server)
+    if relay is not None and relay.server is not None:
+        _merge_shared_baseline(verdict, relay, relay.server)
     mark_noise(verdict)
     return verdict
 
@@ -194,15 +305,13 @@ def head_to_head(problem: Problem, programs: dict[int, str], target: str, option
     request = {"mode": "head_to_head", "target": platform.name, "contenders": list(names),
                "size_class": options.size_class, "tolerance": options.tolerance,
                "timing_options": dict(options.timing_options)}
-    server = _shared_baseline(problem, platform, options, on_stage, cancel)
-    relay = None
-    if server is not None and server.usable:
-        relay = baselines.BaselineRelay(server)
-        request.update(remote_compiled=True, compiled_conditions=server.conditions)
     files = {"problem.py": problem.source, **{f"{name}.py": programs[i] for name, i in names.items()}}
     limits = dict(timeout_s=options.timeout_s, memory_limit_mb=options.memory_limit_mb,
                   limit_address_space=platform.limit_address_space, fork_server_safe=platform.fork_server_safe,
-                  on_stage=on_stage, relay=relay, cancel=cancel)
+                  on_stage=on_stage, cancel=cancel)
+    shared = _shared_baseline(problem, platform, options, cancel)
+    # as before, a contest times the compiled baseline only where the server serves (it never compiles its own)
+    relay = _with_baseline(request, limits, shared, on_stage, cancel, raise_problem_error=False)
     if judged.enabled():  # the judge alone, one candidate's process per contender (docs/EVALUATOR.md)
         outcome = judged.run_judged(run_child, request, files,
                                     contenders={name: programs[i] for name, i in names.items()}, **limits)

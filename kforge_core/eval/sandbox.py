@@ -164,9 +164,14 @@ class Supervision:
     """What the caller does while a child runs, besides waiting: read its progress channel, and stop it when
     `cancel()` says so (checked every poll, so a cancel kills the process group within tens of milliseconds)."""
 
-    def __init__(self, channel=None, cancel=None):
+    def __init__(self, channel=None, cancel=None, grace=None):
         self.channel, self.cancel = channel, cancel
+        self.grace = grace  # () -> seconds the caller kept the child waiting (the torch.compile baseline's build)
         self.cancelled = False
+
+    def extra_s(self) -> float:
+        """Seconds added to the child's time limit: what the caller made it wait for, not its own time."""
+        return float(self.grace()) if self.grace is not None else 0.0
 
     def wait(self, seconds: float) -> None:
         """Sleep until the next poll, or until the child writes to its progress channel (answered at once)."""
@@ -196,7 +201,7 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
     try:
         while poll() is None:
             now = time.monotonic()
-            if now - start > timeout_s:
+            if now - start > timeout_s and (supervision is None or now - start > timeout_s + supervision.extra_s()):
                 timed_out = True
                 break
             if supervision is not None and not supervision.tick():
@@ -240,7 +245,7 @@ def prestart(target: str, memory_limit_mb: int | None, limit_address_space: bool
 def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_limit_mb: int | None,
               limit_address_space: bool, module: str = "kforge_core.eval.harness.child",
               fork_server_safe: bool = False, collect=None, on_stage=None, relay=None, cancel=None,
-              peer=None, on_start=None) -> ChildOutcome:
+              peer=None, on_start=None, grace=None) -> ChildOutcome:
     """Run the evaluation harness (or `python -m module`) on `request` with `files` in a private directory.
 
     The harness child is forked from the fork server when the platform is fork-safe and a server is available
@@ -257,7 +262,9 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
     `peer_fd`: the channel between a judge and the candidate's process (`kforge_core.eval.judged`); a dict
     {request field: socket} hands over several (a contest's judge holds one per contender, and the CPU probe).
     `on_start(pid)` is told the pid this process started (the relay or launcher outside the child's namespaces,
-    or the child itself without isolation), once it runs: the judge's CPU probe reads that process tree."""
+    or the child itself without isolation), once it runs: the judge's CPU probe reads that process tree.
+    `grace()` (seconds, read at every poll) is added to `timeout_s`: the time the caller kept the evaluation waiting
+    for something not its own (the torch.compile baseline's build, waited for at the judge's first relay request)."""
     from . import forkserver, warm_pool
     from .build_service import BuildService
     from .progress_channel import ProgressChannel
@@ -286,7 +293,7 @@ def run_child(request: dict, files: dict[str, str], *, timeout_s: float, memory_
             (workdir / name).write_text(text)
         nonce = secrets.token_hex(16)
         channel = ProgressChannel(workdir, on_stage, relay)
-        supervision = Supervision(channel, cancel)
+        supervision = Supervision(channel, cancel, grace)
         full_request = {**request, "nonce": nonce, "workdir": str(workdir), **channel.request_fields()}
         env = child_environment(workdir, isolated=isolated)
         plan = slot.plan if slot else (child_plan(workdir) if isolated else None)

@@ -29,7 +29,7 @@ from .in_process import copy_matching_weights, guard_findings, raise_guard_findi
 from .loading import candidate_class, clone, import_file
 from .reference import _seeded
 from .remote import RemoteCandidate, RemoteFailure
-from .timing import RemoteModel, TimingOptions, time_models
+from .timing import RemoteModel, TimingOptions, compiled_plan, time_models
 
 
 class ContestFailure(Exception):
@@ -75,7 +75,10 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
     except BaseException as e:  # noqa: BLE001 - candidate code
         return {"status": "runtime_error", "reason": f"head-to-head: loading a contender raised {type(e).__name__}: {e}"}
     models["eager"] = ref_model
-    if request.get("remote_compiled") and progress.relay_available():
+    # the run's server only (a contest never compiles its own); asked here where the caller said "ask", so that a
+    # build still under way is waited for once every contender has loaded
+    plan = compiled_plan(request)
+    if plan["compiled"] == "shared":
         models["compiled"] = RemoteModel(progress.relay)
     policy = get_policy(request.get("tolerance", "default"))
     compared = dict.fromkeys(names, 0)  # per contender: calls whose output was compared with eager's
@@ -123,7 +126,7 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
     for name in names:  # as a verdict states them: each contender's process, eager's and the compiled baseline's
         check, warning = conditions.check_timed("the contender's process (reported)",
                                                 remotes[name].conditions if judged else mine, "compiled" in models,
-                                                request.get("compiled_conditions"))
+                                                plan.get("conditions"))
         per[name]["checks"].append(check)
         per[name]["warnings"] += [warning] if warning else []
     for name, (checks, warnings) in judge.items():

@@ -21,7 +21,7 @@ from .correctness import check_correctness
 from .in_process import InProcess, describe_exception, load_candidate
 from .reference import ProblemFailure, _load_reference, _reference_checks
 from .remote import RemoteFailure, connect
-from .timing import RemoteModel, TimingOptions, compile_baseline, time_models
+from .timing import RemoteModel, TimingOptions, compile_baseline, compiled_plan, time_models
 
 
 def _verdict(status: str, reason: str, **extra) -> dict:
@@ -225,12 +225,16 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     models = {"candidate": new_model, "eager": ref_model}
     out: dict = {"warnings": [], "checks": []}
     remote = None
-    if request.get("baselines", True) and request.get("compiled_unavailable"):
-        out["warnings"].append(str(request["compiled_unavailable"]))
-    elif request.get("baselines", True) and request.get("remote_compiled") and progress.relay_available():
+    # the caller's wait for the run's torch.compile baseline server, if still building, happens here: before the
+    # timing phase's limit starts, after every check a failing candidate fails
+    plan = compiled_plan(request) if request.get("baselines", True) else {"compiled": None}
+    compiled_conditions = plan.get("conditions")
+    if plan["compiled"] == "unavailable":
+        out["warnings"].append(plan["reason"])
+    elif plan["compiled"] == "shared":
         # the run's warm baseline, timed by the caller in its own process at this model's turn in each trial
         remote = models["compiled"] = RemoteModel(progress.relay)
-    elif request.get("baselines", True):
+    elif plan["compiled"] == "local":
         progress.stage("building the torch.compile baseline")
         with guards.trusted():
             compiled, compile_s, err = compile_baseline(ref_model, make_inputs(0), platform)
@@ -292,7 +296,7 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
             out["checks"].append(deferred[0])
             if deferred[1]:
                 raise TimingFailure("rejected", deferred[1])
-    _state_conditions(out, request, side, remote is not None)
+    _state_conditions(out, side, remote is not None, compiled_conditions)
     if platform.synchronous_kernels and candidate_calls[0]:
         # kernel time per candidate call (warm-ups and timed calls) against the median timed call
         per_call_ns = (launches.kernel_ns() - kernel_before) / candidate_calls[0]
@@ -318,12 +322,12 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     return out
 
 
-def _state_conditions(out: dict, request: dict, side, compiled_remote: bool) -> None:
+def _state_conditions(out: dict, side, compiled_remote: bool, compiled_conditions) -> None:
     """The timing conditions of every process that timed a side, as a check (and a warning where they differ). A
     torch.compile baseline compiled in this process runs under this process's conditions."""
     label = None if isinstance(side, InProcess) else "candidate's process (reported)"
     check, warning = conditions.check_timed(label, getattr(side, "conditions", None), compiled_remote,
-                                            request.get("compiled_conditions"))
+                                            compiled_conditions)
     out["checks"].append(check)
     out["warnings"] += [warning] if warning else []
 

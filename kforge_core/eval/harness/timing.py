@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from . import launches
+from . import launches, progress
 from .compare import fingerprint
 from .loading import clone
 from .remote import fresh_rng_seed, seed_for_call
@@ -71,6 +71,35 @@ class RemoteModel:
             answer = {"error": f"{type(e).__name__}: {e}"}
         if "error" in answer:
             self.failed = str(answer["error"])[:300]
+
+
+OPEN_WAIT_S = 24 * 3600.0  # the caller bounds the wait for its server (its start's own limit) and kills on cancel
+
+
+def compiled_plan(request: dict) -> dict:
+    """How this evaluation gets its torch.compile baseline, from the caller: {"compiled": "shared", "conditions"}
+    (the run's server, timed by the caller through the relay at its turn in each trial), {"compiled":
+    "unavailable", "reason"} (no compiled baseline: why, for the verdict), or {"compiled": "local"} (compiled in this
+    process). The request says it, or says "ask": then the caller is asked now, as the timing phase begins, and
+    answers once the run's server is built (the build is not waited for before then: a candidate that fails
+    earlier never waits). Called before the timing phase's own limit starts."""
+    plan = request.get("compiled_baseline")
+    if plan == "ask":
+        if not progress.relay_available():
+            return {"compiled": "local"}
+        try:
+            plan = progress.relay({"op": "open"}, timeout_s=OPEN_WAIT_S)
+        except progress.RelayError as e:
+            return {"compiled": "unavailable", "reason": f"torch.compile baseline unavailable: {e}"}
+    if not isinstance(plan, dict):
+        return {"compiled": "local"}
+    kind = plan.get("compiled")
+    if kind == "shared" and progress.relay_available():
+        return {"compiled": "shared", "conditions": plan.get("conditions")}
+    if kind == "unavailable" or "error" in plan:
+        return {"compiled": "unavailable",
+                "reason": str(plan.get("reason") or f"torch.compile baseline unavailable: {plan.get('error')}")}
+    return {"compiled": "local"}
 
 
 # verify(what, inputs, pristine, outputs, launched): raise to stop timing; `pristine` is the inputs' fingerprint
