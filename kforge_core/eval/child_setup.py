@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .. import paths
-from ..errors import SandboxError
+from ..errors import SandboxError, UsageError
 from ..platform import REPO_ROOT
 from . import isolation
 from .cpu_probe import usable_cores
@@ -26,8 +26,26 @@ _ENV_ALLOW = re.compile(
 
 
 def cache_dir() -> Path:
+    """The cache directory (absolute, resolved: `paths.cache_dir`), made if missing; caller side, before any child
+    starts. Refused, naming the variable, where it cannot work: a place KForge cannot make or write (builds are
+    published there), or a directory children are given as a tree of their own (the project, a sys.path or
+    PYTHONPATH directory: the cache's folders would be mixed into it, and its empty `triton` folder, on the import
+    path, was imported as the triton package). Anywhere else works, inside such a tree included."""
     d = paths.cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
+    named = f"KFORGE_CACHE_DIR={os.environ['KFORGE_CACHE_DIR']!r}" if os.environ.get("KFORGE_CACHE_DIR") else \
+        "the default cache directory (KFORGE_CACHE_DIR unset)"
+    for tree, what in _given_trees():
+        if os.path.realpath(tree) == str(d):
+            raise UsageError(f"{named}: {d} is {what}, which evaluation children are given as it is: the cache's "
+                             f"folders ({', '.join(('builds',) + WRITABLE_CACHES)}) would be mixed into it, and an "
+                             "empty `triton` folder on the import path is imported as the triton package; give the "
+                             f"cache a directory of its own, e.g. {d / '.kforge-cache'}")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{named}: cannot make the cache directory {d}: {e.strerror or e}") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise UsageError(f"{named}: the cache directory {d} is not writable (builds are published there)")
     return d
 
 
@@ -43,6 +61,7 @@ def python_command(module: str) -> list[str]:
 
 
 def child_environment(workdir: Path, isolated: bool = False) -> dict[str, str]:
+    cache = cache_dir()  # absolute: a child's working directory is its own
     env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_SECRET.search(k)}
     if isolated:
         env["TMPDIR"] = "/tmp"  # the child's own private /tmp; the caller's TMPDIR is not in its root
@@ -56,13 +75,13 @@ def child_environment(workdir: Path, isolated: bool = False) -> dict[str, str]:
         # `python -m` in the candidate's directory; inductor's workers): no working directory, no user site
         PYTHONSAFEPATH="1",
         PYTHONNOUSERSITE="1",
-        KFORGE_CACHE_DIR=str(cache_dir()),
+        KFORGE_CACHE_DIR=str(cache),
         # torch.compile's caches persist across children, so the baseline's compile is paid once per problem
         # (these four are WRITABLE_CACHES)
-        TORCHINDUCTOR_CACHE_DIR=str(cache_dir() / "inductor"),
-        TRITON_CACHE_DIR=str(cache_dir() / "triton"),
-        TORCH_EXTENSIONS_DIR=str(cache_dir() / "torch_extensions"),
-        XDG_CACHE_HOME=str(cache_dir() / "xdg"),
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+        TRITON_CACHE_DIR=str(cache / "triton"),
+        TORCH_EXTENSIONS_DIR=str(cache / "torch_extensions"),
+        XDG_CACHE_HOME=str(cache / "xdg"),
     )
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     for name, value in timing_environment().items():
@@ -112,15 +131,24 @@ def isolation_status() -> tuple[bool, str]:
     return ok, why
 
 
+def _given_trees() -> list[tuple[str, str]]:
+    """The trees an isolated child is given read-only, besides the toolchain and the caches: (path, what it is)."""
+    trees = [(p, "the Python installation") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    trees += [(str(REPO_ROOT), "the project's directory"), (os.path.dirname(sys.executable), "the Python installation")]
+    for var in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH"):
+        trees += [(p, f"a {var} directory") for p in os.environ.get(var, "").split(os.pathsep) if os.path.isabs(p)]
+    trees += [(p, "a directory on the import path (sys.path: the script's or the working directory)")
+              for p in sys.path if p and os.path.isabs(p)]
+    trees += [(os.environ[v], v) for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH")
+              if os.path.isabs(os.environ.get(v, ""))]
+    home = os.path.realpath(os.path.expanduser("~"))
+    return [(p, what) for p, what in trees if os.path.realpath(p) not in (home, "/")]
+
+
 def _child_paths() -> tuple[list[str], list[str], list[str]]:
     """(read-only, writable, hidden) paths of an isolated child, besides the toolchain and its workdir."""
-    readonly = [sys.prefix, sys.base_prefix, sys.exec_prefix, str(REPO_ROOT), os.path.dirname(sys.executable)]
-    for var in ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH"):
-        readonly += [p for p in os.environ.get(var, "").split(os.pathsep) if os.path.isabs(p)]
-    readonly += [p for p in sys.path if p and os.path.isabs(p)]
-    readonly += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH") if os.path.isabs(os.environ.get(v, ""))]
+    readonly = [tree for tree, _ in _given_trees()]
     home = os.path.realpath(os.path.expanduser("~"))
-    readonly = [p for p in readonly if os.path.realpath(p) not in (home, "/")]
     cache = cache_dir()
     writable = []
     for sub in WRITABLE_CACHES:

@@ -147,8 +147,8 @@ def plan(workdir: Path | None, *, readonly: list[str], writable: list[str], hide
 
     def add(path: str, rw: bool) -> None:
         target = os.path.normpath(os.path.abspath(path))
-        # never the host's /, /tmp, /dev or /proc (a caller's script in /tmp puts /tmp on sys.path): the child gets
-        # private ones, and a tree bound there would hide what is bound inside it
+        # never the host's /, /tmp, /dev, /dev/shm or /proc (a caller's script in /tmp puts /tmp on sys.path): the
+        # child gets private ones, and a tree bound there would hide what is bound inside it
         if os.path.exists(target) and target not in PRIVATE:
             wanted[target] = (os.path.realpath(target), rw or wanted.get(target, ("", False))[1])
 
@@ -165,7 +165,7 @@ def plan(workdir: Path | None, *, readonly: list[str], writable: list[str], hide
         add(entry, True)
     # Every mount costs twice (made, then torn down with the namespace), so: a read-only path inside a tree already
     # bound comes with it; one that resolves into such a tree becomes a symlink; a small /etc file is copied
-    binds, copies = [], []
+    binds, copies, along = [], [], []
     links = {p: os.readlink(p) for p in TOP_LEVEL_MAYBE_LINKS if os.path.islink(p)}
     for target in sorted(wanted, key=len):
         source, rw = wanted[target]
@@ -173,6 +173,7 @@ def plan(workdir: Path | None, *, readonly: list[str], writable: list[str], hide
         if not rw and _under_any(source, trees):
             if source != target and target not in links:
                 links[target] = source
+            along.append(target)
             continue
         if not rw and target.startswith("/etc/") and os.path.isfile(source) and os.path.getsize(source) <= 1 << 20:
             copies.append({"source": source, "target": target})
@@ -186,11 +187,23 @@ def plan(workdir: Path | None, *, readonly: list[str], writable: list[str], hide
         devs += [f"/dev/{n}" for n in sorted(os.listdir("/dev")) if n.startswith(DEV_GPU_PREFIXES)]
     except OSError:
         pass
-    # hidden: only what an allowed tree would otherwise show (the rest is simply not in the new root)
-    # (the private /tmp counts: a cache under the caller's /tmp would otherwise be a writable, empty directory there)
-    hidden = sorted({os.path.normpath(os.path.abspath(h)) for h in hide if h and os.path.lexists(h) and _under_any(
-        os.path.normpath(os.path.abspath(h)),
-        ["/tmp", *(b["target"] for b in binds if not _under(b["target"], os.path.normpath(os.path.abspath(h))))])})
+    # hidden: only what an allowed tree would otherwise show (the rest is simply not in the new root), by its name
+    # and by its resolved path (a cache named through a symlink that lies in the project is in the project's bind)
+    # (the private /tmp and /dev/shm count: a cache under the caller's /tmp would otherwise be a writable, empty
+    # directory there)
+    # (the child's own /, /tmp, /dev/shm are never covered: a cache at $TMPDIR made the child's /tmp read-only)
+    names = {n for h in hide if h and os.path.lexists(h) for n in (os.path.normpath(os.path.abspath(h)),
+                                                                     os.path.realpath(h))}
+    hidden = sorted(h for h in names if h not in PRIVATE and _under_any(
+        h, ["/tmp", "/dev/shm", *(b["target"] for b in binds if not _under(b["target"], h))]))
+    # An allowed path that came with its tree but lies under a hidden one would be covered with it: the build cache
+    # inside the project or inside a sys.path directory (KFORGE_CACHE_DIR=./.kforge-cache) showed the child an empty
+    # cache, and every build failed its index check. Bound on its own (after the cover: build_root mounts by depth).
+    for target in along:
+        source = wanted[target][0]
+        if _under_any(target, hidden) or _under_any(source, hidden):
+            links.pop(target, None)
+            binds.append({"source": source, "target": target, "rw": False})
     return {"root": str(Path(workdir).parent / f".{Path(workdir).name}.root") if workdir else None,
             "binds": binds, "copies": copies, "links": links, "devs": devs, "hide": hidden,
             "workdir": str(workdir) if workdir else None, "nproc": nproc, "fsize_mb": fsize_mb}

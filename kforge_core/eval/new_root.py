@@ -19,7 +19,7 @@ _LOCKED = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS
            (getattr(os, "ST_NOATIME", 1024), MS_NOATIME), (getattr(os, "ST_NODIRATIME", 2048), MS_NODIRATIME),
            (getattr(os, "ST_RELATIME", 4096), MS_RELATIME), (os.ST_RDONLY, MS_RDONLY))
 RECURSIVE = ("/sys",)  # bound with what is mounted inside, all read-only
-PRIVATE = ("/", "/tmp", "/dev", "/proc")  # the child's own; never bound from the host
+PRIVATE = ("/", "/tmp", "/dev", "/dev/shm", "/proc")  # the child's own; never bound from the host
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers
 
 
@@ -130,9 +130,11 @@ def build_root(libc, p: dict) -> None:
     root = p["root"]
     os.makedirs(root, exist_ok=True)
     _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m")
-    for d, opts in (("/tmp", "mode=1777,size=1g"), ("/dev", "mode=0755,size=1m")):
+    # the private trees first: a bind inside one (a cache under the caller's /tmp or /dev/shm) lands on the child's
+    # own and is not covered by it afterwards
+    for d, opts in (("/tmp", "mode=1777,size=1g"), ("/dev", "mode=0755,size=1m"), ("/dev/shm", "mode=1777,size=1g")):
         os.makedirs(root + d, exist_ok=True)
-        _mount(libc, "tmpfs", root + d, "tmpfs", MS_NOSUID | (MS_NODEV if d == "/tmp" else 0), opts)
+        _mount(libc, "tmpfs", root + d, "tmpfs", MS_NOSUID | (0 if d == "/dev" else MS_NODEV), opts)
     # by depth, so a bind inside /tmp (the workdir) lands on the private /tmp, and a hidden directory is covered
     # before anything allowed inside it (a writable cache subdirectory) is bound on top of the cover
     ops = [(b["target"].count("/"), 0, b) for b in p["binds"] if b["target"] not in PRIVATE]
@@ -161,8 +163,6 @@ def build_root(libc, p: dict) -> None:
             dst.write(src.read(1 << 20))
     for dev in p.get("devs", []):
         _bind(libc, dev, root + dev, True, inherited)
-    os.makedirs(root + "/dev/shm", exist_ok=True)
-    _mount(libc, "tmpfs", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=1g")
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{root}/dev/{name}")

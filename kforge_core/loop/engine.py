@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 
 from ..agents.base import AnalysisAgent, GenerationAgent
 from ..errors import KForgeError
-from ..eval import baselines
+from ..eval import baselines, child_setup
 from ..eval.evaluator import evaluate, head_to_head, prepare
 from ..eval.verdict import Verdict
 from ..platform import get_platform
@@ -103,8 +103,10 @@ class Synthesis(CandidateSteps):
     # ------------------------------------------------------------------------------------------ dispatch
     def events(self) -> Iterator[LoopEvent]:
         """The run as events; always ends with one RunFinished (a bug is re-raised after it)."""
-        self._prepare_evaluations()
         try:
+            if self._evaluate is evaluate:  # a cache location that cannot work, refused before the first generation
+                child_setup.cache_dir()
+            self._prepare_evaluations()
             yield from self._judge_start_program()
             nxt = Next.OPTIMIZE if self.state.best is not None else Next.RETRY
             while nxt is not Next.STOP:
