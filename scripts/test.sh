@@ -13,6 +13,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 # Ray too (requirements-ray.txt, optional for users): its tests (tests/test_bench_ray.py, marked `ray`) start a real
 # two-node cluster on this machine and are part of CI (about 4 minutes on 2 cores); `-m "not ray"` leaves them out.
-python3 -m pip install -q -r requirements-ray.txt
+python3 -m pip install -q -r requirements-ray.txt \
+  || echo "warning: could not install Ray (requirements-ray.txt); the Ray cluster tests will be skipped"
 export KFORGE_CACHE_DIR="${KFORGE_CACHE_DIR:-$(mktemp -d)/kforge-cache}"
 exec python3 -m pytest -q "$@"
