@@ -73,7 +73,7 @@ def key_for(problem_source: str, size_class: str | None, target: str, device_nam
 class BaselineServer:
     def __init__(self, key: str, problem_source: str, target: str, size_class: str | None, *,
                  memory_limit_mb: int | None, limit_address_space: bool, timeout_s: float,
-                 on_stage: Callable[[dict], None] | None = None, cancel: Callable[[], bool] | None = None):
+                 cancel: Callable[[], bool] | None = None):
         from .child_setup import child_environment, python_command
         from .sandbox import limits, popen_lasting
 
@@ -110,13 +110,9 @@ class BaselineServer:
                     self.close()
                     raise SandboxError(f"the torch.compile baseline server did not start: {tail}")
                 continue
-            if "stage" in msg and on_stage is not None:
-                from .progress_channel import clean_stage
-
-                stage = clean_stage(msg)
-                if stage:
-                    on_stage(stage)
-            elif "problem_error" in msg:
+            if "stage" in msg:
+                continue  # the server's own stages: its build is waited for lazily, under one stage of the caller's
+            if "problem_error" in msg:
                 self.problem_error = str(msg["problem_error"])
                 self.close()
                 return

@@ -132,8 +132,7 @@ class _SharedBaseline:
                     if build.stopped:  # released (the run ended): no server for this evaluation
                         return None
                     # stopped by the evaluation that started it (its cancel): this one still needs it
-                    build = self.build = baselines.start(self.key, self.make, self.cancel, EVALUATION_STARTED,
-                                                         owner=self)
+                    build = self._start_again()
                 except SandboxError:
                     return None  # the child builds its own baseline (and reports a problem error itself)
         finally:
@@ -146,8 +145,13 @@ class _SharedBaseline:
         b = self.build
         if b.done and isinstance(b.failure, (baselines.EvaluationCancelledDuringStart, baselines.BuildStopped)) \
                 and not b.stopped and not (self.cancel is not None and self.cancel()):
-            self.build = baselines.start(self.key, self.make, self.cancel, EVALUATION_STARTED, owner=self)
+            self._start_again()
         return self.build.done
+
+    def _start_again(self) -> baselines.Build:
+        """This evaluation's own build, where the one it held was stopped by the evaluation that started it."""
+        self.build = baselines.start(self.key, self.make, self.cancel, EVALUATION_STARTED, owner=self)
+        return self.build
 
     def waited_s(self) -> float:
         """Seconds this evaluation spent waiting for the server (live while it waits): added to its time limit."""

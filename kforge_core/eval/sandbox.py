@@ -201,7 +201,7 @@ def _supervise(pid: int, poll, start: float, timeout_s: float, memory_limit_mb: 
     try:
         while poll() is None:
             now = time.monotonic()
-            if now - start > timeout_s and (supervision is None or now - start > timeout_s + supervision.extra_s()):
+            if now - start > timeout_s + (supervision.extra_s() if supervision is not None else 0.0):
                 timed_out = True
                 break
             if supervision is not None and not supervision.tick():

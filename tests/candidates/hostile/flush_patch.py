@@ -2,7 +2,7 @@
 so the candidate's kernels would find their inputs and code in the cache while eager's are evicted. Rejected
 statically (the platform module is not candidate API); one that got past the rules would be caught at run time:
 the platform and timer classes are in the identity snapshot, and the worker calls the class's flush, never an
-attribute of the instance (tests/test_evaluator_hostile.py, test_platform_classes_are_watched_by_identity)."""
+attribute of the instance (tests/test_process_state.py)."""
 
 import torch
 import torch.nn as nn
