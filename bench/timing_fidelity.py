@@ -61,14 +61,10 @@ def _bare_child(problem_path: str, candidate_path: str, target: str, gap: str) -
 
     import torch
 
-    from kforge_core.eval.harness.loading import candidate_class, import_file
+    from bare_pair import load_pair
 
     platform = get_platform(target)
-    prob = import_file(Path(problem_path), "kforge_bare_problem")
-    cand = import_file(Path(candidate_path), "kforge_bare_candidate")
-    init = prob.get_init_inputs()
-    ref, new = prob.Model(*init), candidate_class(cand)(*init)
-    new.load_state_dict(ref.state_dict(), strict=False)
+    prob, ref, new = load_pair(problem_path, candidate_path, "bare")
     samples: dict[str, list[float]] = {"candidate": [], "eager": []}
     with torch.no_grad():
         for trial in range(BARE_TRIALS + 3):

@@ -66,16 +66,12 @@ def _child(problem_path: str, candidate_path: str, states: list[str], trials: in
 
     import torch
 
+    from bare_pair import load_pair
     from kforge_core.eval.harness import launches
-    from kforge_core.eval.harness.loading import candidate_class, import_file
     from kforge_core.platform import get_platform
 
     platform = get_platform("cpu")
-    prob = import_file(Path(problem_path), "kforge_states_problem")
-    cand = import_file(Path(candidate_path), "kforge_states_candidate")
-    init = prob.get_init_inputs()
-    ref, new = prob.Model(*init), candidate_class(cand)(*init)
-    new.load_state_dict(ref.state_dict(), strict=False)
+    prob, ref, new = load_pair(problem_path, candidate_path, "states")
     evict = None
     if host.machine() in ("x86_64", "AMD64", "i686"):
         from platforms.cpu import compile_cpp
