@@ -27,7 +27,7 @@ def test_platform_classes_are_watched_by_identity():
     platform.flush_cache = lambda: calls.append("instance")  # an instance attribute: not what the worker calls
     try:
         CpuPlatform.flush_cache, real = (lambda self: calls.append("class")), CpuPlatform.flush_cache
-        process_state.platform_call(platform, "flush_cache")
+        process_state.class_call(platform, "flush_cache")
     finally:
         CpuPlatform.flush_cache = real
         del platform.flush_cache

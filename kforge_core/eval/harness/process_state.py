@@ -184,7 +184,7 @@ def _platform_classes() -> list[type]:
     """Every loaded platform and timer class (kforge_core.platform's Platform and Timer, and their subclasses in
     platforms/): the cache flush, synchronisation and timers the candidate's own process calls around its timed
     calls. A candidate that replaced one on the class (say `flush_cache`, so its inputs stay cached while eager's are
-    evicted) shows up as changed; the instance's own attributes are not consulted (`platform_call`)."""
+    evicted) shows up as changed; the instance's own attributes are not consulted (`class_call`)."""
     base = sys.modules.get("kforge_core.platform")
     if base is None:
         return []
@@ -197,8 +197,8 @@ def _platform_classes() -> list[type]:
     return out
 
 
-def platform_call(platform, name: str, *args):
-    """`platform.name(*args)` through its class, never an attribute set on the instance (which no snapshot of the
-    classes would see)."""
-    return getattr(type(platform), name)(platform, *args)
+def class_call(obj, name: str, *args):
+    """`obj.name(*args)` through its class, never an attribute set on the instance (which no snapshot of the classes
+    would see): the platform's flush and the timer, as the candidate's process calls them."""
+    return getattr(type(obj), name)(obj, *args)
 
