@@ -63,11 +63,16 @@ def main() -> int:
         print(f"run {i + 1}: {d['status']} in {total:.2f} s; " +
               "; ".join(f"{k} {t['median_ms']} ms median over {t['trials']} trials" for k, t in timings.items()),
               flush=True)
+        crossed = next((c["detail"].split("; tensors crossed ")[-1] for c in d.get("checks") or []
+                        if c.get("name") == "judged out of process" and "tensors crossed" in c.get("detail", "")), "")
+        if crossed:
+            print(f"   tensors crossed {crossed}")
         for line in timeline(marks, total):
             print("   " + line, flush=True)
         if d["status"] != "correct":
             print(f"   reason: {d.get('reason', '')[:500]}")
-        runs.append({"status": d["status"], "total_s": total, "stages": marks, "timings": timings})
+        runs.append({"status": d["status"], "total_s": total, "stages": marks, "timings": timings,
+                     "crossed": crossed})
     if args.out:
         Path(args.out, f"stage_timeline_{args.problem.stem}.json").write_text(json.dumps(runs, indent=1))
     return 0

@@ -2,7 +2,7 @@
 # GPU check for the CUDA and Triton targets, in ONE device call: what the machine has, the GPU tests, then the
 # time-to-verdict benchmark. Logs and JSON go to $OUT (default ./gpu_check_out); the last lines are the tables.
 #
-#   bash scripts/gpu_check.sh [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|kernelbench|single] [args...]
+#   bash scripts/gpu_check.sh [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|kernelbench|single|handover] [args...]
 #   e.g.  bash scripts/gpu_check.sh bench --runs 5
 #   judge: the judge split on the GPU (docs/EVALUATOR.md): the examples judged out of process and in one process,
 #   hostile variants that must fail because the judge is out of reach, then time to verdict judged vs one process
@@ -23,6 +23,8 @@
 #   sqlite-utils/openai/plotly: carry their wheels (.whlkb/: .whlray/ without ray, 18 MB; all of .whlray plus the
 #   tree is over the 64 MiB carry limit) and install them first, as for scaling
 #   rayoverhead: bench/ray_overhead.py on one GPU (issue 27: the local executor vs Ray, fresh processes, same suite)
+#   handover: the device-memory handover's GPU tests and the judge's, then bench/stage_timeline.py at KernelBench's
+#   sizes with it and without it (HANDOVER_PROBLEMS, default KernelBench's 19_ReLU and 23_Softmax from .kb/)
 #   single: one GPU's measurements in one call, each under its own limit: time to verdict, timing fidelity, a run's
 #   first verdict prepared or not, Ray vs local over 6 gallery problems (SINGLE_SUITE to change them); SINGLE_STEPS
 #   picks steps ("ttv rayoverhead"), SINGLE_LIMIT_<step> sets a step's seconds; time to verdict pauses 3 s between
@@ -180,7 +182,7 @@ kernelbench() {  # issue 26: the built-in agent over KernelBench's level 1 and 2
     --db "$folder/runs.db" --time-limit "${KB_TIME_LIMIT:-480}" --problem-time-limit "${KB_PROBLEM_LIMIT:-240}" \
     "$@" 2>&1 | grep -v -E "WARNING|INFO" | tee -a "$OUT/kernelbench.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
-  for f in progress.jsonl results.json results.csv report.html; do
+  for f in progress.jsonl results.json results.csv report.html runs.db; do  # runs.db: each run's events, timed
     [ -f "$folder/$f" ] && install -D -m 644 "$folder/$f" "$OUT/kb_cuda/$f"
   done
 }
@@ -189,6 +191,22 @@ rayoverhead() {  # the local executor vs Ray on GPU 0, each bench a fresh proces
   echo "== Ray vs local, one GPU"
   "$PY" bench/ray_overhead.py --target cuda "$@" 2>&1 | grep -v -E "WARNING|INFO" | tee "$OUT/ray_overhead.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+}
+
+handover() {  # device-memory handover (harness/device_arena.py): its GPU tests and the judge's, then one evaluation
+  # at KernelBench's sizes each way (device memory, then host memory with KFORGE_DEVICE_HANDOVER=0), stage by stage
+  echo "== handover tests"
+  timeout "${HANDOVER_TEST_LIMIT:-200}" "$PY" -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_handover.py \
+    tests/gpu/test_gpu_judge.py 2>&1 | tail -15 | tee "$OUT/handover_tests.log"
+  local p
+  for p in ${HANDOVER_PROBLEMS:-.kb/level1/19_ReLU.py .kb/level1/23_Softmax.py}; do
+    echo "== stage timeline, device memory: $p"
+    timeout 150 "$PY" bench/stage_timeline.py "$p" --target cuda --runs 2 2>&1 | grep -v -E "WARNING|INFO" | \
+      tee -a "$OUT/handover_timeline.log"
+    echo "== stage timeline, host memory (KFORGE_DEVICE_HANDOVER=0): $p"
+    KFORGE_DEVICE_HANDOVER=0 timeout 150 "$PY" bench/stage_timeline.py "$p" --target cuda --runs 1 2>&1 | \
+      grep -v -E "WARNING|INFO" | tee -a "$OUT/handover_timeline.log"
+  done
 }
 
 single() {  # one GPU, one 10-minute call: each step under its own limit, its log in $OUT as soon as it ends
@@ -221,8 +239,9 @@ case "$MODE" in
   rayoverhead) probe; rayoverhead "$@" ;;
   kernelbench) probe; kernelbench "$@" ;;
   single) probe; single ;;
+  handover) probe; handover ;;
   all) probe; tests; inline_report; isolation; bench "$@"; fidelity ;;
-  *) echo "usage: $0 [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|kernelbench|single] [args]"
+  *) echo "usage: $0 [all|probe|tests|judge|pool|isolation|bench|fidelity|builtin|footprint|scaling|rayoverhead|kernelbench|single|handover] [args]"
      exit 2 ;;
 esac
 echo "== summary"; grep -E "[0-9]+ (passed|failed)" "$OUT/gpu_check.log" 2>/dev/null | tail -1

@@ -135,6 +135,8 @@ def test_honest_candidate_is_judged_out_of_process(monkeypatch):
     assert v.status == "correct", (v.reason, v.log_tail)
     names = [c["name"] for c in v.checks]
     assert "judged out of process" in names and "judge's clock" in names, names
+    detail = next(c["detail"] for c in v.checks if c["name"] == "judged out of process")
+    assert detail.endswith("tensors crossed through host shared memory"), detail  # no device to share on the CPU
     cpu = next(c for c in v.checks if c["name"] == "CPU time outside calls")
     assert cpu["passed"] and "not checked" not in cpu["detail"], cpu  # the caller's CPU probe was read
     assert "kernel_launches" in v.reported_by_candidate, v.reported_by_candidate
@@ -222,6 +224,18 @@ def test_arena_pins_only_large_cuda_mappings(monkeypatch):
     assert large.view(0, 4, torch.uint8).tolist() == [0, 1, 2, 3]
     small.close()
     large.close()
+
+
+def test_device_arena_refuses_what_it_cannot_share(monkeypatch):
+    """The device arena is CUDA's, and off when the caller said so: both refusals name their reason, which the
+    judge puts in its check as it falls back to the host arena (tests/gpu/test_gpu_handover.py: the GPU side)."""
+    from kforge_core.eval.harness import context, device_arena
+
+    with pytest.raises(device_arena.HandoverUnavailable, match="not a CUDA device"):
+        device_arena.DeviceArena.create(1 << 20, "cpu")
+    monkeypatch.setattr(context, "request", {"device_handover": False})
+    with pytest.raises(device_arena.HandoverUnavailable, match="KFORGE_DEVICE_HANDOVER=0"):
+        device_arena.DeviceArena.create(1 << 20, "cuda")
 
 
 def test_arena_cannot_be_resized_by_the_other_side():

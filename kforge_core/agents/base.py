@@ -138,6 +138,9 @@ class GenerationAgent(Protocol):
 
 class AnalysisAgent(Protocol):
     label: str
+    # whether its analysis reads the vendor profiler's metrics (Nsight Compute's, `profile["ncu"]`): the evaluations
+    # of a run run that profiler only for an agent that reads them (it costs about 10 s an evaluation)
+    reads_device_profiler: bool
 
     def analyze(self, request: AnalysisRequest, on_token: TokenSink | None = None) -> AnalysisResult: ...
 

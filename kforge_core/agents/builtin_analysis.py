@@ -74,6 +74,7 @@ def _pct(x) -> str:
 
 class BuiltinAnalysisAgent:
     label = LABEL
+    reads_device_profiler = False  # its rules read torch.profiler's kernel times, the roofline and the timings
 
     def analyze(self, request: AnalysisRequest, on_token: TokenSink | None = None) -> AnalysisResult:
         return rule_based_answer(lambda: self._analyze(request), lambda r: r.text, LABEL, on_token)

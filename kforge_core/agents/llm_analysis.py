@@ -50,6 +50,8 @@ class LLMAnalysisResult(AnalysisResult):
 
 
 class LLMAnalysisAgent:
+    reads_device_profiler = True  # Nsight Compute's metrics go into its prompt (prompts.py, platform extras)
+
     def __init__(self, client: LLMClient, model: str | None = None):
         self.client = client
         self.model = model or client.config.model_for("analysis")

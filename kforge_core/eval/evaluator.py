@@ -29,6 +29,9 @@ class EvalOptions:
     timing: bool = True
     baselines: bool = True  # time eager and torch.compile in the same child run
     profile: bool = False
+    # with `profile`, the vendor's kernel profiler too (Nsight Compute on CUDA: a replay of each kernel, about 10 s
+    # an evaluation), beside torch.profiler; off for an analysis that does not read its metrics (the built-in's)
+    device_profiler: bool = True
     size_class: str | None = None  # "cpu" applies a gallery problem's CPU_SIZES; None keeps the file's own sizes
     timeout_s: float = 300.0  # wall clock for the whole child (build, checks, timing)
     memory_limit_mb: int | None = field(default_factory=default_memory_limit_mb)  # MiB; None: no limit

@@ -42,6 +42,9 @@ def enabled() -> bool:
         os.environ.get("KFORGE_JUDGE", "1") not in ("0", "false", "no")
 
 
+HANDOVER_VARIABLE = "KFORGE_DEVICE_HANDOVER"  # "0": tensors cross through host memory (harness/device_arena.py)
+
+
 def run_judged(run_child: Callable[..., ChildOutcome], request: dict, files: dict[str, str], *, timeout_s: float,
                cancel: Callable[[], bool] | None = None, contenders: dict[str, str] | None = None,
                **kwargs) -> ChildOutcome:
@@ -50,6 +53,8 @@ def run_judged(run_child: Callable[..., ChildOutcome], request: dict, files: dic
     contender, the judge holding `peer_fd_<name>` and `cpu_fd_<name>` for each; without it, one candidate's
     process from `files["candidate.py"]` (`peer_fd`, `cpu_fd`)."""
     problem = {"problem.py": files["problem.py"]}
+    # read here, per evaluation: a pre-started judge's environment is the fork server's, from before this call
+    request = {**request, "device_handover": os.environ.get(HANDOVER_VARIABLE, "1").strip() != "0"}
     sources = contenders if contenders is not None else {"": files["candidate.py"]}
     done = threading.Event()
     grace = {"until": None}

@@ -202,6 +202,8 @@ class Judging:
         # optimization pass follows: re-running it just for a profile would cost another child process.
         profile = self.platform.has_profiler and (pass_name == OPTIMIZATION or cfg.max_optimization_iters > 0)
         return EvalOptions(tolerance=cfg.tolerance, timing=True, baselines=cfg.eval_baselines, profile=profile,
+                           device_profiler=bool(getattr(getattr(self, "analyzer", None), "reads_device_profiler",
+                                                        True)),
                            size_class=cfg.size_class, timeout_s=cfg.eval_timeout_s,
                            timing_options=dict(cfg.eval_timing_options))
 

@@ -8,7 +8,8 @@ regex:...`), with the sections SpeedOfLight, Occupancy and MemoryWorkloadAnalysi
 keeps its own clocks (ncu's default would lock them to base clocks; we never change clock settings), so durations are
 comparable with the evaluator's timings but vary with boost state.
 
-Set KFORGE_NCU=0 to skip it; KFORGE_NCU_TIMEOUT (seconds, default 180) bounds it.
+Set KFORGE_NCU=0 to skip it (an evaluation's `device_profiler=False` does too: the built-in analysis, which does not
+read its metrics); KFORGE_NCU_TIMEOUT (seconds, default 180) bounds it.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def ncu_profile(target: str, names, request: dict) -> dict | None:
     """Run the candidate under ncu; None when ncu is absent or disabled, {"error": ...} when it failed."""
     from kforge_core.eval.harness import context, guards
 
-    if os.environ.get("KFORGE_NCU", "1") == "0":
+    if os.environ.get("KFORGE_NCU", "1") == "0" or request.get("device_profiler") is False:
         return None
     ncu = shutil.which("ncu")
     if ncu is None or context.candidate_path is None:

@@ -28,7 +28,7 @@ import weakref
 import torch
 
 from ..cpu_probe import usable_cores
-from . import context, launches, shared
+from . import context, device_arena, launches, shared
 from .compare import fingerprint
 from .cpu_check import CpuWatch
 from .guards import GuardViolation
@@ -59,7 +59,11 @@ class RemoteCandidate:
         self.cores = usable_cores()
         self.device = device
         shared.prepare_pinning(device)
-        self.arena: shared.Arena | None = None
+        device_arena.prepare(device)
+        self.arena: shared.Arena | device_arena.DeviceArena | None = None
+        # why tensors cross through host memory rather than the device's (None: not refused yet)
+        self._device_refused: str | None = None if torch.device(device).type == "cuda" else "not a CUDA device"
+        self.handover = ""  # the path the last arena took, for the verdict's checks
         self.out_reserve = 1 << 16
         self.next_rng_seed: int | None = None  # see seed_for_call
         self.next_poison: list[int] = []  # see poison_for_call
@@ -90,6 +94,8 @@ class RemoteCandidate:
         when the watch is on, are taken outside that bracket."""
         cpu_before = self.cpu.before() if self.cpu is not None else None
         try:
+            if self.arena is not None:
+                self.arena.sync()  # this side's copies into and out of it are done before the other side acts
             t0 = time.perf_counter_ns()
             shared.send(self.sock, msg, fds)
             reply, extra = shared.recv(self.sock, max_fds=1)
@@ -190,14 +196,54 @@ class RemoteCandidate:
         if self.arena is None or self.arena.size < need:
             if self.arena is not None:
                 self.arena.close()
+                self.arena = None
             # exactly what this call needs: the outputs' room is the reference's (a candidate's larger output is
-            # described, not copied), and KernelBench's 6 GiB tensors leave no host memory for slack
-            self.arena = shared.Arena.create(need)
-            self.arena.pin(self.device)
-            self._unsent_fds = [self.arena.fd]  # goes with the next request (an older arena's is closed)
+            # described, not copied), and KernelBench's 6 GiB tensors leave no memory for slack
+            self.arena = self._new_arena(need)
         self._staged = None  # the arena's inputs are rewritten: no earlier staging describes them
         layout, end = shared.write(self.arena, list(inputs), 0)
         return layout, shared._align(end)
+
+    def _new_arena(self, need: int):
+        """An arena in device memory where the driver and the candidate's process take one (`device_arena`),
+        else in host shared memory (its descriptor goes with the next request)."""
+        if self._device_refused is None:
+            try:
+                return self._device_arena(need)
+            except device_arena.HandoverUnavailable as e:
+                reason = str(e)
+        else:
+            reason = self._device_refused
+        arena = shared.Arena.create(need)
+        arena.pin(self.device)
+        self._unsent_fds = [arena.fd]
+        self.handover = "through host shared memory" + \
+            (f" (device memory not shared: {reason})" if self._device_refused != "not a CUDA device" else "")
+        return arena
+
+    def _device_arena(self, need: int) -> device_arena.DeviceArena:
+        # the arena, the candidate's private copies of what crosses it and the judge's copy of its outputs: about
+        # three times the arena, plus room for working memory; else the host arena, which takes no device memory
+        free, _ = torch.cuda.mem_get_info(self.device)
+        if free < 3 * need + (1 << 30):
+            raise device_arena.HandoverUnavailable(
+                f"{need / 2**30:.3g} GiB would leave too little of the {free / 2**30:.3g} GiB free on the device")
+        try:
+            arena = device_arena.DeviceArena.create(need, self.device)
+        except device_arena.HandoverUnavailable as e:
+            self._device_refused = str(e)
+            raise
+        try:
+            reply = self._ask({"op": "arena", "size": arena.size}, [arena.fd])
+        except BaseException:
+            arena.close()
+            raise
+        if reply.get("ok") is not True:
+            arena.close()
+            self._device_refused = f"the candidate's process could not map it: {str(reply.get('why'))[:300]}"
+            raise device_arena.HandoverUnavailable(self._device_refused)
+        self.handover = f"through device memory shared by descriptor (CUDA VMM, {arena.size / 2**30:.3g} GiB)"
+        return arena
 
     def _fds(self) -> list[int]:
         fds, self._unsent_fds = self._unsent_fds, []
@@ -229,6 +275,7 @@ class RemoteCandidate:
         try:
             with copying or contextlib.nullcontext():
                 out = shared.read(self.arena, reply.get("out"), self.device)
+                self.arena.sync()  # the copy out is done before the next request lets the arena change
         except shared.ProtocolError as e:
             raise RemoteFailure("rejected", f"the candidate's process broke the evaluation protocol: {e} "
                                             f"[rule no-patching]") from None

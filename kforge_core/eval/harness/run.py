@@ -194,7 +194,8 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
     if remote is not None:
         base["checks"].append({"name": "judged out of process", "passed": True,
                                "detail": "inputs, reference outputs, comparison, eager timing and verdict in a "
-                                         "process that never imported the candidate"})
+                                         "process that never imported the candidate" +
+                                         (f"; tensors crossed {remote.handover}" if remote.handover else "")})
         base["reported_by_candidate"] = [k for k in REPORTED_BY_CANDIDATE if base.get(k)]
     return _verdict("correct", res.reason, **base)
 

@@ -9,9 +9,9 @@ offset described by a JSON layout: {"t": [dtype, shape, offset]} for a tensor, {
 list or tuple, {"v": scalar} for a Python scalar, {"o": type name} for anything else (never rebuilt, only named).
 
 Tensors cross as host bytes: the judge copies a device tensor to the host mapping, the worker copies from it to its
-own device (CUDA/Triton: host shared memory -> device in the candidate's process; no CUDA IPC needed, which gVisor
-and several container runtimes refuse). Everything read from the other side is checked (dtype known, shape sane,
-bytes within the arena) before it is used.
+own device. On CUDA the arena lives in device memory instead where the driver allows (`device_arena`: the same
+layouts, no PCIe crossing); this host arena is the fallback, which needs nothing a runtime can refuse. Everything read
+from the other side is checked (dtype known, shape sane, bytes within the arena) before it is used.
 """
 
 from __future__ import annotations
@@ -103,7 +103,10 @@ def prepare_pinning(device) -> None:
 
 
 class Arena:
-    """One shared mapping; `view(offset, count, dtype)` is a CPU tensor over it (no copy)."""
+    """One shared mapping; `view(offset, count, dtype)` is a CPU tensor over it (no copy). Its counterpart in
+    device memory is `device_arena.DeviceArena`."""
+
+    device_memory = False
 
     def __init__(self, fd: int, size: int):
         self.fd, self.size = fd, size
@@ -128,6 +131,9 @@ class Arena:
     @property
     def pinned(self) -> bool:
         return self._pinned_ptr is not None
+
+    def sync(self) -> None:
+        pass  # host copies are done when they return
 
     @classmethod
     def create(cls, size: int) -> Arena:

@@ -20,7 +20,7 @@ import torch
 
 from ...errors import CompileError
 from ...platform import get_platform
-from . import conditions, context, guards, launches, process_state
+from . import conditions, context, device_arena, guards, launches, process_state
 from .compare import fingerprint, flatten
 from .correctness import outputs_from_kernels
 from .in_process import describe_exception, guard_findings, load_candidate, profile_candidate
@@ -33,7 +33,8 @@ class _Worker:
         self.request, self.workdir, self.sock = request, workdir, sock
         self.platform = get_platform(request["target"])
         self.device = self.platform.device()
-        self.arena: Arena | None = None
+        self.arena: Arena | device_arena.DeviceArena | None = None
+        self.fds: list[int] = []  # descriptors that came with the request being answered
         self.model = None
         self.inputs = None  # the last call's inputs, on this process's device (reused for an in-place rewrite)
         self.inputs_print = None  # their fingerprint as read from the arena (the mutation check)
@@ -46,6 +47,7 @@ class _Worker:
         with guards.trusted():
             self.platform.prepare_child()
             prepare_pinning(self.device)
+            device_arena.prepare(self.device)
         self.timer = self.platform.make_timer()  # binds the clock now, before any problem or candidate code exists
         self.state = guards.snapshot_state(registrations=False)
         guards.install()
@@ -71,13 +73,16 @@ class _Worker:
                 msg, fds = recv(self.sock, max_fds=1)
             except EOFError:
                 return
-            if fds:
-                self._new_arena(fds[0])
             op = msg.get("op")
+            if fds and op != "arena":
+                self._new_arena(fds[0])
+            self.fds = fds if op == "arena" else []
             if op == "bye":
                 return
             try:
                 reply = getattr(self, f"op_{op}")(msg) if op in _OPS else {"error": f"unknown op {op!r}"}
+                if self.arena is not None:
+                    self.arena.sync()  # its copies into and out of the arena are done before the judge reads it
             except guards.GuardViolation as e:
                 reply = {"violation": str(e)}
             except CompileError as e:
@@ -90,12 +95,19 @@ class _Worker:
     def _new_arena(self, fd: int) -> None:
         try:
             size = check_sealed(fd)
-            self.arena = Arena(fd, size)
+            arena = Arena(fd, size)
             with guards.trusted():
-                self.arena.pin(self.device)
+                arena.pin(self.device)
         except (ProtocolError, OSError, ValueError):
             os.close(fd)
             raise
+        self._replace_arena(arena)
+
+    def _replace_arena(self, arena) -> None:
+        old, self.arena = self.arena, arena
+        if old is not None:
+            with guards.trusted():
+                old.close()
 
     def _found(self, identities: bool) -> None:
         found = guard_findings(self.state, identities, registrations=False)
@@ -135,6 +147,24 @@ class _Worker:
             return loaded
         self.model = model
         return {"ok": True, "training": model.training, "conditions": conditions.read(), **loaded}
+
+    def op_arena(self, msg: dict) -> dict:
+        """Map the judge's arena in device memory (`device_arena`); where that fails, the judge falls back to a
+        host arena, so the failure is an answer, not an error."""
+        fds, self.fds = self.fds, []
+        size = msg.get("size")
+        if len(fds) != 1 or not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            for fd in fds:
+                os.close(fd)
+            return {"ok": False, "why": "a device arena request without one descriptor and its size"}
+        try:
+            with guards.trusted():
+                arena = device_arena.DeviceArena.open(fds[0], size, self.device)
+        except (device_arena.HandoverUnavailable, RuntimeError, OSError) as e:
+            os.close(fds[0])
+            return {"ok": False, "why": str(e)[:300]}
+        self._replace_arena(arena)
+        return {"ok": True}
 
     def op_ping(self, msg: dict) -> dict:
         return {"ok": True}
