@@ -23,7 +23,7 @@ from ..synth.plan.fusion import build_plan
 from ..synth.lower.graph import CannotEmit, lower
 from ..synth.lower.rowops import SLOW_NOTE
 from ..synth.plan.plans import ProgramPlan
-from ..synth.schedule import LABEL, MOVE_TITLES, Schedule, marker_line, order_for, read_marker
+from ..synth.schedule import LABEL, MOVE_TITLES, Schedule, first_schedule, marker_line, order_for, read_marker
 from ..synth.trace import TraceFailed, trace_problem
 
 _FAILED = ("incorrect", "compile_error", "runtime_error", "timeout", "rejected", "no_program")
@@ -83,7 +83,7 @@ class BuiltinGenerationAgent:
             tinfo = get_platform(target).spec() if isinstance(target, str) else target
         except Exception as e:  # noqa: BLE001 - unknown target
             return GenerationResult(program=None, error=str(e))
-        return self._build(problem_source, problem_name, tinfo, schedule or Schedule(), move=None)
+        return self._build(problem_source, problem_name, tinfo, schedule or first_schedule(tinfo.name), move=None)
 
     # --- internals -----------------------------------------------------------------------------------
     def _size_class(self, tinfo: TargetSpec) -> str | None:
@@ -132,9 +132,9 @@ class BuiltinGenerationAgent:
                 res.notes = (res.notes + "; " if res.notes else "") + \
                     f"previous candidate failed ({fb.status}); reductions kept in PyTorch this time"
                 return res
-            return self._build(req.problem_source, req.problem_name, tinfo, Schedule(), move=None)
+            return self._build(req.problem_source, req.problem_name, tinfo, first_schedule(tinfo.name), move=None)
         # optimization pass: one move on top of the previous schedule, the first recommended one that changes it
-        base = prev_sched or Schedule()
+        base = prev_sched or first_schedule(tinfo.name)
         if fb is None:  # no analysis ran (a direct call): the target's default order
             candidates = list(order_for(tinfo.device_type))
         else:

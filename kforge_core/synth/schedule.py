@@ -68,6 +68,13 @@ class Schedule:
         return cls(**{k: bool(v) for k, v in (d or {}).items() if k in names})
 
 
+def first_schedule(target: str) -> Schedule:
+    """The schedule of a problem's first (plain) program. On CUDA its row kernels already take a block a row: a thread
+    a row left a GPU nearly idle on KernelBench's few long rows (softmax 30x slower than eager; a loss reduced to one
+    value by a single thread did not finish a call in minutes), which cost the functional pass most of its time."""
+    return Schedule(parallel=True) if target == "cuda" else Schedule()
+
+
 def order_for(device_type: str) -> tuple[str, ...]:
     return CPU_ORDER if device_type == "cpu" else GPU_ORDER
 
