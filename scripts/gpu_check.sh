@@ -94,8 +94,8 @@ EOF
 
 isolation() {  # KFORGE_ISOLATION=require: an evaluation that cannot be isolated fails instead of falling back
   echo "== isolation (as $(id -un))"
-  local sel="nvrtc_example_correct or triton_example_correct or load_inline_cuda_correct or illegal_address"
-  KFORGE_ISOLATION=require "$PY" -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py \
+  local sel="nvrtc_example_correct or triton_example_correct or load_inline_cuda_correct or illegal_address or says_which_memory"
+  KFORGE_ISOLATION=require "$PY" -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py tests/gpu/test_gpu_handover.py \
     -k "test_isolation or $sel" 2>&1 | tee -a "$OUT/gpu_check.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
   if [ "$(id -u)" = 0 ]; then  # and as an ordinary user, where this interpreter is reachable by one
@@ -107,7 +107,7 @@ isolation() {  # KFORGE_ISOLATION=require: an evaluation that cannot be isolated
       # the interpreter's own bin first (ninja, for load_inline builds, lives beside it), and an OUT it can write
       su kforge-check -s /bin/sh -c "cd '$PWD' && PYTHONPATH='${PYTHONPATH:-}' KFORGE_ISOLATION=require \
         PATH='$(dirname "$PY"):$PATH' OUT='$cache' KFORGE_CACHE_DIR='$cache' HOME='$cache' \
-        '$PY' -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py \
+        '$PY' -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py tests/gpu/test_gpu_handover.py \
         -k 'test_isolation or $sel'" 2>&1 | tee -a "$OUT/gpu_check.log"
       rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
     else

@@ -1,5 +1,5 @@
-"""The judge on the GPU (docs/EVALUATOR.md): the CUDA and Triton examples judged out of process (inputs copied
-through host shared memory, moved to the device in the candidate's process), the same in one process
+"""The judge on the GPU (docs/EVALUATOR.md): the CUDA and Triton examples judged out of process (tensors through
+device memory shared by descriptor: test_gpu_handover.py), the same in one process
 (KFORGE_JUDGE=0), and hostile variants of the CUDA example that reach into their own process with the static rules
 and guards disarmed (KFORGE_UNSAFE_DISARM=1): each must fail because the judge is out of reach. Skipped without an
 NVIDIA GPU; run with `bash scripts/gpu_check.sh judge`."""
