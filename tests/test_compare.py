@@ -226,3 +226,49 @@ def test_footprint_says_when_a_problem_cannot_fit():
     assert "does not fit" in why and "needs about 4.19e+06 GiB" in why and "available" in why, why
     assert footprint.does_not_fit(footprint.Sizes(inputs=1024, outputs=1024), get_platform("cpu"), held=0) == ""
     assert footprint.Sizes(inputs=1, outputs=10).needed() == 31  # outputs three times beat inputs twice
+
+
+def _horner_fingerprint(t: torch.Tensor) -> int:
+    """The fingerprint as first written: each chunk's weighted sum read at once and chained h = h * base + s."""
+    flat = t.detach().reshape(-1)
+    w, base = compare._weights_on(flat.device)
+    h = 0
+    for lo in range(0, flat.numel(), w.numel()):
+        c = flat[lo:lo + w.numel()]
+        c = (c + 0.0).view(compare._BITS[c.element_size()]) if c.is_floating_point() else \
+            c.view(torch.uint8) if c.dtype == torch.bool else c
+        h = (h * base + int(torch.dot(c.to(torch.int64), w[:c.numel()]))) & compare._MASK
+    return h
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool])
+def test_fingerprint_read_once_equals_the_chained_chunks(dtype):
+    """Chunk sums chained on the device and read once give the same digest as reading each chunk's sum (a
+    multi-chunk tensor, one of a chunk and a bit, a single element, an empty one)."""
+    step = compare._weights_on(torch.device("cpu"))[0].numel()
+    for n in (0, 1, step + 3, 3 * step + 17):
+        t = (torch.randn(n) * 100).to(dtype)
+        assert compare._tensor_fingerprint(t)[2] == _horner_fingerprint(t), (n, dtype)
+
+
+def test_passing_figures_read_once_equal_the_exact_pass(monkeypatch):
+    """A passing comparison's figures come from one read after every chunk; a failing one from the exact pass,
+    chunk by chunk, which still names the worst element and the first NaN (small chunks: several of each)."""
+    monkeypatch.setattr(compare, "_CHUNK", 4 * 1000)
+    want = torch.randn(5000, dtype=torch.float64).float()
+    got = want + 1e-6 * torch.randn(5000)
+    tol = get_policy("default").for_dtype("float32")
+    args = (got.reshape(-1), want.reshape(-1), tol, torch.device("cpu"), torch.float64, 1000)
+    fast = compare._passing_stats(*args)
+    exact = compare._failing_stats(*args)
+    assert exact[0] == 0 and exact[2] == 0
+    assert fast == pytest.approx(exact[4:], rel=1e-12)
+    bad = got.clone()
+    bad[3500] = float("nan")
+    bad[1234] += 1.0
+    assert compare._passing_stats(bad, want, tol, torch.device("cpu"), torch.float64, 1000) is None
+    c = compare_outputs(bad, want, get_policy("default"))
+    assert not c.passed and "1 of 5000 elements are NaN or Inf (first at [3500])" in c.detail, c.detail
+    bad[3500] = want[3500]
+    c = compare_outputs(bad, want, get_policy("default"))
+    assert not c.passed and "worst at [1234]" in c.detail, c.detail
