@@ -7,7 +7,8 @@
 #   judge: the judge split on the GPU (docs/EVALUATOR.md): the examples judged out of process and in one process,
 #   hostile variants that must fail because the judge is out of reach, then time to verdict judged vs one process
 #   isolation: the OS isolation of evaluation children on the GPU (docs/EVALUATOR.md), required rather than best
-#   effort: the CPU isolation tests and three CUDA/Triton evaluations, as root and as an ordinary user
+#   effort: the CPU isolation tests, the CUDA/Triton examples, the hostile GPU candidates and the device-memory
+#   handover, as root and as an ordinary user
 #   fidelity: bench/timing_fidelity.py on CUDA (same candidate evaluated 5 times: spread of its speedup)
 #   builtin: bench/builtin_gallery.py on CUDA, resumable (copy a returned builtin_cuda.json into $OUT to go on)
 #   footprint: bench/eval_footprint.py on CUDA: the evaluator's peak device memory against the problem's own tensors,
@@ -94,8 +95,10 @@ EOF
 
 isolation() {  # KFORGE_ISOLATION=require: an evaluation that cannot be isolated fails instead of falling back
   echo "== isolation (as $(id -un))"
-  local sel="nvrtc_example_correct or triton_example_correct or load_inline_cuda_correct or illegal_address or says_which_memory"
-  KFORGE_ISOLATION=require "$PY" -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py tests/gpu/test_gpu_handover.py \
+  # the honest examples, the hostile GPU candidates (tests/gpu/cases, the judge's hostile variants) and the handover,
+  # isolated, as root and as an ordinary user (issue 20's done-when)
+  local sel="nvrtc_example_correct or triton_example_correct or load_inline_cuda_correct or illegal_address or hostile_candidates or side_stream or infinite_loop or loosened_tolerance or forged_timer or says_which_memory"
+  KFORGE_ISOLATION=require "$PY" -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py tests/gpu/test_gpu_judge.py tests/gpu/test_gpu_handover.py \
     -k "test_isolation or $sel" 2>&1 | tee -a "$OUT/gpu_check.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
   if [ "$(id -u)" = 0 ]; then  # and as an ordinary user, where this interpreter is reachable by one
@@ -107,7 +110,7 @@ isolation() {  # KFORGE_ISOLATION=require: an evaluation that cannot be isolated
       # the interpreter's own bin first (ninja, for load_inline builds, lives beside it), and an OUT it can write
       su kforge-check -s /bin/sh -c "cd '$PWD' && PYTHONPATH='${PYTHONPATH:-}' KFORGE_ISOLATION=require \
         PATH='$(dirname "$PY"):$PATH' OUT='$cache' KFORGE_CACHE_DIR='$cache' HOME='$cache' \
-        '$PY' -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py tests/gpu/test_gpu_handover.py \
+        '$PY' -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py tests/gpu/test_gpu_judge.py tests/gpu/test_gpu_handover.py \
         -k 'test_isolation or $sel'" 2>&1 | tee -a "$OUT/gpu_check.log"
       rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
     else
