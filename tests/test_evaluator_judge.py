@@ -275,3 +275,24 @@ def test_messages_long_and_short_and_garbage():
         a.close()
         with pytest.raises(EOFError):
             shared.recv(b)
+
+
+def test_worker_answers_a_device_arena_it_cannot_map(tmp_path):
+    """The candidate's process answers an `arena` request it cannot honour (no descriptor, a CPU device, a
+    descriptor that is not CUDA memory) with why, closing what it was sent; the judge then falls back to host
+    memory. It never raises out of the request."""
+    from kforge_core.eval.harness.worker import _Worker
+
+    a, b = socket.socketpair()
+    worker = _Worker({"target": "cpu"}, tmp_path, a)
+    assert worker.op_arena({"size": 4096}) == {"ok": False, "why": "a device arena request without one descriptor "
+                                                                    "and its size"}
+    fd = os.memfd_create("not-cuda")
+    worker.fds = [fd]
+    reply = worker.op_arena({"size": 4096})
+    assert reply["ok"] is False and "not a CUDA device" in reply["why"], reply
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed
+    assert worker.arena is None
+    a.close()
+    b.close()
