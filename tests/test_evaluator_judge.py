@@ -296,3 +296,28 @@ def test_worker_answers_a_device_arena_it_cannot_map(tmp_path):
     assert worker.arena is None
     a.close()
     b.close()
+
+
+def test_device_arena_offer_falls_back_for_the_right_reasons(monkeypatch):
+    """The judge's offer of a device arena (the driver faked): too little room refuses this arena only; the other
+    side's refusal refuses for the rest of the evaluation and frees the arena; an accepted one is returned."""
+    from kforge_core.eval.harness import device_arena
+
+    class Fake:
+        size, fd, closed = 4096, 99, False
+
+        def close(self):
+            self.closed = True
+
+    made = []
+    monkeypatch.setattr(device_arena, "_usable", lambda device: 0)
+    monkeypatch.setattr(device_arena.DeviceArena, "create",
+                        classmethod(lambda cls, n, d: made.append(Fake()) or made[-1]))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 << 30, 80 << 30))
+    with pytest.raises(device_arena.HandoverUnavailable, match="too little") as e:
+        device_arena.offer(1 << 30, "cuda", lambda a: {"ok": True})
+    assert not e.value.lasting and not made
+    with pytest.raises(device_arena.HandoverUnavailable, match="could not map it: no VMM here") as e:
+        device_arena.offer(1 << 20, "cuda", lambda a: {"ok": False, "why": "no VMM here"})
+    assert e.value.lasting and made[-1].closed
+    assert device_arena.offer(1 << 20, "cuda", lambda a: {"ok": True}) is made[-1] and not made[-1].closed

@@ -35,7 +35,12 @@ _GRANULARITY_MINIMUM = 0
 
 
 class HandoverUnavailable(Exception):
-    """Device memory cannot be shared here; the message says which step refused."""
+    """Device memory cannot be shared here; the message says which step refused. `lasting`: for the rest of the
+    evaluation (the driver or the other process refused), not just for an arena of this size (too little room)."""
+
+    def __init__(self, why: str, lasting: bool = True):
+        super().__init__(why)
+        self.lasting = lasting
 
 
 class _Location(ctypes.Structure):
@@ -228,3 +233,26 @@ class DeviceArena:
         except OSError:
             pass
         self._base = None  # the mapping goes with the last view over it
+
+
+def offer(need: int, device, ask) -> DeviceArena:
+    """A device arena of at least `need` bytes that the candidate's process has mapped: `ask(arena)` sends it (the
+    `arena` request with its descriptor) and returns the reply. HandoverUnavailable when there is no room for it
+    now, the driver refuses, or the other side could not map it (`why` in its reply)."""
+    # the arena, the candidate's private copies of what crosses it and the judge's copy of its outputs: about three
+    # times the arena, plus room for working memory; else the host arena, which takes no device memory
+    _usable(device)  # switched off or not CUDA: said before anything else
+    free, _ = torch.cuda.mem_get_info(device)
+    if free < 3 * need + (1 << 30):
+        raise HandoverUnavailable(f"{need / 2**30:.3g} GiB would leave too little of the {free / 2**30:.3g} GiB free "
+                                  f"on the device", lasting=False)
+    arena = DeviceArena.create(need, device)
+    try:
+        reply = ask(arena)
+    except BaseException:
+        arena.close()
+        raise
+    if reply.get("ok") is not True:
+        arena.close()
+        raise HandoverUnavailable(f"the candidate's process could not map it: {str(reply.get('why'))[:300]}")
+    return arena

@@ -207,42 +207,22 @@ class RemoteCandidate:
     def _new_arena(self, need: int):
         """An arena in device memory where the driver and the candidate's process take one (`device_arena`),
         else in host shared memory (its descriptor goes with the next request)."""
-        if self._device_refused is None:
+        reason = self._device_refused
+        if reason is None:
             try:
-                return self._device_arena(need)
+                arena = device_arena.offer(need, self.device,
+                                           lambda a: self._ask({"op": "arena", "size": a.size}, [a.fd]))
+                self.handover = f"through device memory shared by descriptor (CUDA VMM, {arena.size / 2**30:.3g} GiB)"
+                return arena
             except device_arena.HandoverUnavailable as e:
                 reason = str(e)
-        else:
-            reason = self._device_refused
+                if e.lasting:  # the driver or the candidate's process refused: host memory from now on
+                    self._device_refused = reason
         arena = shared.Arena.create(need)
         arena.pin(self.device)
         self._unsent_fds = [arena.fd]
         self.handover = "through host shared memory" + \
-            (f" (device memory not shared: {reason})" if self._device_refused != "not a CUDA device" else "")
-        return arena
-
-    def _device_arena(self, need: int) -> device_arena.DeviceArena:
-        # the arena, the candidate's private copies of what crosses it and the judge's copy of its outputs: about
-        # three times the arena, plus room for working memory; else the host arena, which takes no device memory
-        free, _ = torch.cuda.mem_get_info(self.device)
-        if free < 3 * need + (1 << 30):
-            raise device_arena.HandoverUnavailable(
-                f"{need / 2**30:.3g} GiB would leave too little of the {free / 2**30:.3g} GiB free on the device")
-        try:
-            arena = device_arena.DeviceArena.create(need, self.device)
-        except device_arena.HandoverUnavailable as e:
-            self._device_refused = str(e)
-            raise
-        try:
-            reply = self._ask({"op": "arena", "size": arena.size}, [arena.fd])
-        except BaseException:
-            arena.close()
-            raise
-        if reply.get("ok") is not True:
-            arena.close()
-            self._device_refused = f"the candidate's process could not map it: {str(reply.get('why'))[:300]}"
-            raise device_arena.HandoverUnavailable(self._device_refused)
-        self.handover = f"through device memory shared by descriptor (CUDA VMM, {arena.size / 2**30:.3g} GiB)"
+            (f" (device memory not shared: {reason})" if reason != "not a CUDA device" else "")
         return arena
 
     def _fds(self) -> list[int]:
