@@ -303,17 +303,28 @@ def _weighted_sum(c: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (c * w).sum()
 
 
+_powers: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
 def _chained(sums: list[torch.Tensor], base: int) -> int:
     """The chunk sums chained as h = h * base + s (mod 2^64), computed as sum(s_k * base^(n-1-k)) on their device and
     read once: reading each chunk's sum cost a synchronization a chunk (384 for 6 GiB)."""
     if not sums:
         return 0
-    powers, p = [], 1
-    for _ in sums:
-        powers.append(p - (1 << 64) if p >= 1 << 63 else p)  # as int64, two's complement
-        p = p * base & _MASK
-    weights = torch.tensor(powers[::-1], dtype=torch.int64, device=sums[0].device)
-    return int((torch.stack(sums) * weights).sum()) & _MASK
+    return int((torch.stack(sums) * _powers_of(base, len(sums), sums[0].device)).sum()) & _MASK
+
+
+def _powers_of(base: int, n: int, device: torch.device) -> torch.Tensor:
+    """base^(n-1), ..., base^0 modulo 2^64 as int64 (two's complement) on `device`; kept per (device, n): a tensor
+    made from a list would be a host-to-device copy, which waits for the chunk sums queued before it."""
+    key = (device, n)
+    if key not in _powers:
+        powers, p = [], 1
+        for _ in range(n):
+            powers.append(p - (1 << 64) if p >= 1 << 63 else p)
+            p = p * base & _MASK
+        _powers[key] = torch.tensor(powers[::-1], dtype=torch.int64, device=device)
+    return _powers[key]
 
 
 def fingerprint(obj) -> tuple:
