@@ -206,6 +206,7 @@ def test_head_to_head_times_contenders_side_by_side(two_verdicts):
         assert compared >= times[i]["trials"], checks  # every timed call (and warm-up) was compared
         if result["judged"]:
             assert {"judged out of process", "judge's clock"} <= set(checks), checks
+            assert checks["judged out of process"]["detail"].endswith("tensors crossed through host shared memory")
         # each contender's conditions stated beside eager's and the baseline server's, as a verdict states them
         assert checks["timing conditions"]["detail"].startswith(
             "every timed process (eager (the judge), the contender's process (reported), torch.compile baseline "

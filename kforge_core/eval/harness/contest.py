@@ -121,7 +121,7 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
         return {"status": "runtime_error", "reason": f"head-to-head: {e.reason}"}
     except BaseException as e:  # noqa: BLE001 - candidate code
         return {"status": "runtime_error", "reason": f"head-to-head: timing raised {type(e).__name__}: {e}"}
-    per = _contest_checks(names, compared, judged)
+    per = _contest_checks(names, compared, {n: remotes[n].handover for n in names} if judged else None)
     mine = conditions.read()
     for name in names:  # as a verdict states them: each contender's process, eager's and the compiled baseline's
         check, warning = conditions.check_timed("the contender's process (reported)",
@@ -151,9 +151,11 @@ def _load_remote(name: str, remote: RemoteCandidate, memory):
     return model
 
 
-def _contest_checks(names: list[str], compared: dict[str, int], judged: bool) -> dict[str, dict]:
+def _contest_checks(names: list[str], compared: dict[str, int], crossed: dict[str, str] | None) -> dict[str, dict]:
     """{name: {"checks", "warnings"}}: what every contender passed on every call of a finished contest (a failure
-    ends the contest instead). Rules and guards disarmed (a test of the judge): only the checks that still ran."""
+    ends the contest instead). Rules and guards disarmed (a test of the judge): only the checks that still ran.
+    `crossed` (judged contests only): how each contender's tensors crossed to its process."""
+    judged = crossed is not None
     where = "its own process's, after every call and in full after timing" if judged else \
         "this process's (shared by every contender and eager), after every call"
     out = {}
@@ -167,10 +169,11 @@ def _contest_checks(names: list[str], compared: dict[str, int], judged: bool) ->
         if not guards.disarmed():
             checks += [{"name": "static rules", "passed": True, "detail": "its source re-checked before the contest"},
                        {"name": "guards", "passed": True, "detail": where}]
-        if judged:
+        if crossed is not None:
             checks.append({"name": "judged out of process", "passed": True,
                            "detail": "inputs, eager's outputs, the comparisons and every time kept by a judge that "
-                                     "never imported a contender"})
+                                     "never imported a contender" +
+                                     (f"; tensors crossed {crossed[name]}" if crossed.get(name) else "")})
         out[name] = {"checks": checks, "warnings": []}
     return out
 
