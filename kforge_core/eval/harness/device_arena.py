@@ -5,8 +5,9 @@ candidate's process host -> device, and the outputs back the same way, four PCIe
 sizes (6 GiB in, 6 GiB out) that was about 1.3 s a trial and most of a 28 s evaluation of a 5 ms kernel. Here the
 judge allocates the arena on its GPU with the driver's virtual memory API (cuMemCreate), exports it as a POSIX file
 descriptor (cuMemExportToShareableHandle) and passes that over the existing SCM_RIGHTS channel; the candidate's
-process imports and maps it (cuMemImportFromShareableHandle). A descriptor, unlike legacy CUDA IPC handles, is a
-capability that crosses PID and IPC namespaces and cannot be guessed by a process it was not sent to.
+process imports and maps it (cuMemImportFromShareableHandle). A descriptor, unlike legacy CUDA IPC handles (64 bytes
+that open the memory for whoever reads them), is a capability: it crosses PID and IPC namespaces, and a process it
+was not sent to has no way to open the memory.
 
 The trust rules are the host arena's: the allocation is the arena alone (its own physical memory, never the
 caching allocator's segments, where the judge's other tensors live), the judge copies outputs out into private
