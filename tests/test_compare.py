@@ -228,27 +228,32 @@ def test_footprint_says_when_a_problem_cannot_fit():
     assert footprint.Sizes(inputs=1, outputs=10).needed() == 31  # outputs three times beat inputs twice
 
 
-def _horner_fingerprint(t: torch.Tensor) -> int:
-    """The fingerprint as first written: each chunk's weighted sum read at once and chained h = h * base + s."""
+def _chunk_sums(t: torch.Tensor) -> tuple[list[torch.Tensor], int]:
+    """Each chunk's weighted sum, as `_tensor_fingerprint` takes them, and the device's chaining base."""
     flat = t.detach().reshape(-1)
     w, base = compare._weights_on(flat.device)
-    h = 0
+    sums = []
     for lo in range(0, flat.numel(), w.numel()):
         c = flat[lo:lo + w.numel()]
         c = (c + 0.0).view(compare._BITS[c.element_size()]) if c.is_floating_point() else \
             c.view(torch.uint8) if c.dtype == torch.bool else c
-        h = (h * base + int(torch.dot(c.to(torch.int64), w[:c.numel()]))) & compare._MASK
-    return h
+        sums.append(torch.dot(c.to(torch.int64), w[:c.numel()]))
+    return sums, base
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool])
 def test_fingerprint_read_once_equals_the_chained_chunks(dtype):
-    """Chunk sums chained on the device and read once give the same digest as reading each chunk's sum (a
-    multi-chunk tensor, one of a chunk and a bit, a single element, an empty one)."""
+    """Chunk sums chained on their device and read once (`_chained`, the GPU's way) give the digest that reading
+    each chunk's sum and chaining h = h * base + s gives (the CPU's way, `_tensor_fingerprint` here): a
+    multi-chunk tensor, one of a chunk and a bit, a single element."""
     step = compare._weights_on(torch.device("cpu"))[0].numel()
-    for n in (0, 1, step + 3, 3 * step + 17):
+    for n in (1, step + 3, 3 * step + 17):
         t = (torch.randn(n) * 100).to(dtype)
-        assert compare._tensor_fingerprint(t)[2] == _horner_fingerprint(t), (n, dtype)
+        sums, base = _chunk_sums(t)
+        horner = 0
+        for s_ in sums:
+            horner = (horner * base + int(s_)) & compare._MASK
+        assert compare._chained(sums, base) == horner == compare._tensor_fingerprint(t)[2], (n, dtype)
 
 
 def test_passing_figures_read_once_equal_the_exact_pass(monkeypatch):
