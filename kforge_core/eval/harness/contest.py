@@ -169,7 +169,7 @@ def _contest_checks(names: list[str], compared: dict[str, int], crossed: dict[st
         if not guards.disarmed():
             checks += [{"name": "static rules", "passed": True, "detail": "its source re-checked before the contest"},
                        {"name": "guards", "passed": True, "detail": where}]
-        if crossed is not None:
+        if judged:
             checks.append({"name": "judged out of process", "passed": True,
                            "detail": "inputs, eager's outputs, the comparisons and every time kept by a judge that "
                                      "never imported a contender" +

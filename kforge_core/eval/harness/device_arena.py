@@ -25,8 +25,8 @@ import os
 
 import torch
 
-ENV_SWITCH = "KFORGE_DEVICE_HANDOVER"  # "0": always the host arena (comparisons, a driver that misbehaves); the
-# caller reads it per evaluation and puts it in the judge's request (`judged.run_judged`)
+ENV_SWITCH = "KFORGE_DEVICE_HANDOVER"  # "0": always the host arena (comparisons, a driver that misbehaves); read by
+# the caller alone (`judged.HANDOVER_VARIABLE`), per evaluation, into the request both children get
 
 _POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 _PINNED = 1  # CU_MEM_ALLOCATION_TYPE_PINNED
@@ -81,7 +81,7 @@ _driver: dict = {}
 def enabled() -> bool:
     from . import context
 
-    return bool((context.request or {}).get("device_handover", os.environ.get(ENV_SWITCH, "1").strip() != "0"))
+    return bool((context.request or {}).get("device_handover", True))
 
 
 def prepare(device) -> None:
@@ -168,7 +168,6 @@ class DeviceArena:
     """The arena's interface (`shared.Arena`) over device memory: `view(offset, count, dtype)` is a device tensor
     over it (no copy)."""
 
-    device_memory = True
     pinned = False
 
     def __init__(self, fd: int, size: int, mapping: _Mapping, device: torch.device):

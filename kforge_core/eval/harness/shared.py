@@ -106,8 +106,6 @@ class Arena:
     """One shared mapping; `view(offset, count, dtype)` is a CPU tensor over it (no copy). Its counterpart in
     device memory is `device_arena.DeviceArena`."""
 
-    device_memory = False
-
     def __init__(self, fd: int, size: int):
         self.fd, self.size = fd, size
         self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
