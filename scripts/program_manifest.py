@@ -29,16 +29,17 @@ sys.path.insert(0, str(ROOT))
 from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
 from kforge_core.gallery import list_problems  # noqa: E402
 from kforge_core.platform import discover  # noqa: E402
-from kforge_core.synth.schedule import Schedule, order_for
+from kforge_core.synth.schedule import Schedule, first_schedule, order_for
 
 MANIFEST = ROOT / "tests" / "data" / "program_manifest.json"
 TARGETS = (("cpu", "cpu"), ("cuda", "cuda"), ("triton", "cuda"), ("metal", "mps"))
 
 
-def schedules(device_type: str) -> list[tuple[str, Schedule]]:
-    """(label, schedule): plain, then each move of the target's order on top of the ones before, then conservative."""
-    out = [("plain", Schedule())]
-    sched, names = Schedule(), []
+def schedules(target: str, device_type: str) -> list[tuple[str, Schedule]]:
+    """(label, schedule): plain (the target's first program, `first_schedule`), then each move of the target's order
+    on top of the ones before, then conservative."""
+    sched, names = first_schedule(target), []
+    out = [("plain", sched)]
     for move in order_for(device_type):
         sched, names = sched.with_move(move), names + [move]
         out.append(("+".join(names), sched))
@@ -55,7 +56,7 @@ def generate(problem, agent: BuiltinGenerationAgent) -> dict[str, tuple[str, str
     source = problem.path.read_text()
     out = {}
     for target, device_type in TARGETS:
-        for label, sched in schedules(device_type):
+        for label, sched in schedules(target, device_type):
             res = agent.synthesize(source, target, sched, problem_name=problem.name)
             text = res.program if res.program is not None else f"error: {res.error}"
             out[f"{problem.name}|{target}|{label}"] = (_digest(text), text)
