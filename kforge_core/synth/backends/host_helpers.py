@@ -120,6 +120,19 @@ def kf_replay(views, *ts):
     return tuple(t if n == 0 else torch.as_strided(t, (n,), (1,)) for t, n in zip(ts, views))
 
 
+def kf_split_of(rows, n, threads, sms):
+    """(blocks sharing each of `rows` reductions of n elements, the elements each block takes: a multiple of 4, so
+    vector loads stay aligned). Rows fewer than two rounds of the GPU's resident blocks are split until they are
+    not, each block keeping at least 64 elements a thread; (1, n), a block a row as before, when the rows fill the
+    GPU or are too short to share."""
+    rounds = sms * (2048 // threads) * 2
+    split = min((rounds + rows - 1) // max(rows, 1), n // (64 * threads))
+    if split <= 1:
+        return 1, n
+    seg = ((n + split - 1) // split + 3) // 4 * 4
+    return (n + seg - 1) // seg, seg
+
+
 def kf_remember(plans, key, plan):
     if len(plans) > 64:
         plans.clear()

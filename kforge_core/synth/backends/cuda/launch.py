@@ -6,6 +6,7 @@ from __future__ import annotations
 from .. import emit
 from .pipeline import pipeline_launch
 from .rowcopy import ELEM_BYTES
+from . import split
 from .schedule import KernelSchedule
 from ...plan.plans import KernelPlan
 
@@ -16,7 +17,6 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, signature, ks: KernelSchedu
     if ks.shape == "pipelined":
         return pipeline_launch(plan, names, signature, ks)
     lines, outs, args = emit.prep_lines(plan, names)
-    call = [args[role] for _, role in signature(plan)]
     threads = ks.threads
     if ks.shape == "elementwise":
         chunk = ks.chunk
@@ -33,19 +33,28 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, signature, ks: KernelSchedu
     elif ks.shape == "block_rows":
         lines.append(f"threads = min({threads}, max(32, 1 << max(0, cols // {ks.elems_per_thread} - 1)"
                      ".bit_length()))")
+        tasks = "rows"
+        if ks.split:  # few long rows: several blocks a row (`split`)
+            lines += split.launch_setup("threads")
+            outs += split.launch_buffers(len(split.split_accumulators(plan)), "rows", f"a{plan.shape_slots[0]}.device")
+            args = split.launch_args(args)
+            tasks = "rows * kf_split"
         if ks.copy:
             # 1024 threads and a row that fits the cache and the shared memory: the kernel copies each next row
             # (`cuda_rowcopy`), one block an SM walking its rows
             nbytes = ELEM_BYTES[plan.slots[ks.cached[0]].ctype]
+            whole = " and kf_split == 1" if ks.split else ""
             lines.append(f"smem = cols * {nbytes} if threads == 1024 and cols % 4 == 0 and cols * {nbytes} % 16 == 0 "
-                         f"and cols <= {4 * ks.k} * threads and cols * {nbytes} <= self.kf_copy_smem else 0")
-            lines.append("grid = max(1, min(rows, self.kf_sms if smem else self.kf_sms * (2048 // threads) * 2))")
+                         f"and cols <= {4 * ks.k} * threads and cols * {nbytes} <= self.kf_copy_smem{whole} else 0")
+            lines.append(f"grid = max(1, min({tasks}, self.kf_sms if smem else self.kf_sms * (2048 // threads) * 2))")
         else:
-            lines.append("grid = max(1, min(rows, self.kf_sms * (2048 // threads) * 2))")
+            lines.append(f"grid = max(1, min({tasks}, self.kf_sms * (2048 // threads) * 2))")
         block = "(threads,)"
     else:
         lines.append(f"grid = max(1, (rows + {threads - 1}) // {threads})")
         block = f"({threads},)"
+    call = [args[role] for _, role in signature(plan)]
     smem = ", shared_mem=smem" if ks.copy else ""
     call_line = f"self.kf_mod.{plan.name}(grid=(grid,), block={block}, args=({', '.join(call)},){smem})"
     return emit.Launch(lines, outs, [call_line])
+

@@ -58,6 +58,8 @@ def copy_setup(e: CudaWriter, plan: KernelPlan, ks: KernelSchedule, row_slots: l
              f"(((unsigned long long)a{si}) & 15) == 0"]
     conds += [e.aligned(f"a{i}", plan.slots[i].ctype) for i in row_slots if i != si]
     conds += [e.aligned(f"o{j}", o.dtype) for j, o in enumerate(plan.outputs) if o.level == "E"]
+    if ks.split:  # a split launch streams segments of rows (`split`), never whole rows through the copy
+        conds.insert(0, "kf_split == 1")
     e.w(d, f"const bool kf_tma = {' && '.join(conds)};")
     e.w(d, "if (kf_tma) {")
     e.w(d + 1, "if (threadIdx.x == 0) {")

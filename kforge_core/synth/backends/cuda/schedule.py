@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .rowcache import ROW_CACHE_K, row_cache
+from .split import row_splittable
 from ...plan.plans import KernelPlan
 from ...schedule import Schedule
 
@@ -35,6 +36,7 @@ class KernelSchedule:
     stagger: bool = False  # block rows: odd blocks start a little late (the writer's `_stagger`)
     blocks_per_sm: int = 0  # pipelined: the persistent grid's blocks an SM
     ahead: tuple[int, int] = (0, 1)  # pipelined: statistics run this fraction of the tickets in flight ahead
+    split: bool = False  # block rows: a few long rows may be split over several blocks at run time (`split`)
 
     @property
     def bounds_text(self) -> str:
@@ -59,7 +61,7 @@ def kernel_schedule(plan: KernelPlan, sched: Schedule) -> KernelSchedule:
         return KernelSchedule("thread_rows", threads)
     return KernelSchedule("block_rows", threads, (cache.block_limit,), cached=cache.slots, k=cache.k,
                           copy=cache.copy, elems_per_thread=cache.elems_per_thread,
-                          stagger=bool(cache.slots) and cache.block_limit == 1024)
+                          stagger=bool(cache.slots) and cache.block_limit == 1024, split=row_splittable(plan))
 
 
 def _chunk(plan: KernelPlan, sched: Schedule) -> int:

@@ -18,7 +18,8 @@ operand's row offset comes from the pair (n, s) the host works out per layout (`
 in meta): (r % n) * s, so a row costs at most one division. Blocks are sized to the row at run time: short rows
 share a block (2-D blocks, one row per y), row kernels get about 16 elements a thread, so neither leaves most of a
 block idle. Kernel pointers are `__restrict__` (every output is a fresh tensor); bf16/fp16 rounding uses the
-hardware `cvt` on sm_80+.
+hardware `cvt` on sm_80+. A block-per-row kernel of one reduction pass and row outputs only may split each of a few
+long rows over several blocks, decided at launch from the sizes (`split`: partials, the row's last block combines).
 
 The statements come from the shared C-family writer (`cfamily`) in its CUDA dialect (`emitter.CudaWriter`).
 """
@@ -36,6 +37,7 @@ from .prelude import CUDA_HALF_BITS, CUDA_HALF_VEC, CUDA_L2_KEEP, CUDA_PRELUDE
 from .rowcache import PACKED, VTYPE
 from .rowcopy import CUDA_ROWCOPY, cache_loads, cache_loop, copy_load, copy_setup
 from .schedule import KernelSchedule, kernel_schedule
+from .split import CUDA_SPLIT, SPLIT_PARAMS, combine, split_accumulators, task_loop_head
 from ..cexprs import half_math
 from ...plan.passes import row_program
 from ...plan.plans import KernelPlan
@@ -44,19 +46,20 @@ from ...schedule import Schedule
 _OPS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
 
 
-def _cuda_signature(plan: KernelPlan) -> list[tuple[str, str]]:
+def _cuda_signature(plan: KernelPlan, ks: KernelSchedule | None = None) -> list[tuple[str, str]]:
+    """The kernel's [(declaration, role)]: the CPU kernel's, plus the split's when `ks` may split rows."""
     out = []
     for decl, role in cpu_signature(plan, Schedule()):
         decl = decl.replace("int64_t", "long long").replace("uint16_t", "unsigned short")
         # every output is a fresh tensor, so no pointer aliases one that is written: loads may be reordered past
         # stores and take the read-only path
         out.append((decl.replace("* ", "* __restrict__ "), role))
-    return out
+    return out + (SPLIT_PARAMS if ks is not None and ks.split else [])
 
 
 def cuda_kernel(plan: KernelPlan, sched: Schedule, ks: KernelSchedule) -> str:
     """The kernel's text; `ks` is `kernel_schedule(plan, sched)`, which its launch reads too."""
-    params = ", ".join(d for d, _ in _cuda_signature(plan))
+    params = ", ".join(d for d, _ in _cuda_signature(plan, ks))
     if ks.shape == "pipelined":
         return pipeline_kernel(plan, sched, ks, params, _cuda_loop)
     e = CudaWriter(plan, sched)
@@ -98,10 +101,17 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule, ks: KernelSchedule) -> str:
             copy_setup(e, plan, ks, _row_slots(prog))
         if ks.stagger:
             _stagger(e, k, ks.copy)
-        e.w(1, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {")
+        if ks.split:
+            task_loop_head(e, 1)  # a few long rows: several blocks a row (`split`)
+        else:
+            e.w(1, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {")
         e.row_begin(2, prog)
+        # a split task streams its segment: the register cache holds whole rows
+        lo, hi = ("kf_lo", "kf_hi") if ks.split else ("0", "cols")
+        combine_at = (lambda d, loop, warp: combine(e, d, split_accumulators(e.plan, loop), warp)) if ks.split else None
         if cached:
-            conds = ["(cols & 3) == 0", f"cols <= {4 * k} * (long long)blockDim.x"]
+            conds = (["kf_split == 1"] if ks.split else []) + ["(cols & 3) == 0",
+                                                               f"cols <= {4 * k} * (long long)blockDim.x"]
             conds += [e.aligned(f"p{si}", plan.slots[si].ctype) for si in _row_slots(prog)]
             conds += [e.aligned(f"q{j}", plan.outputs[j].dtype) for j in sorted({j for lp in prog.loops
                                                                                  for j in lp.outputs})]
@@ -117,11 +127,11 @@ def cuda_kernel(plan: KernelPlan, sched: Schedule, ks: KernelSchedule) -> str:
             _row_passes(e, 3, prog, lambda d, loop: _cached_loop(e, d, loop, ks), sum_t="float")
             e.guarded_row_outputs(3, "threadIdx.x == 0")  # row values live inside each branch
             e.w(2, "} else {")
-            _row_passes(e, 3, prog, lambda d, loop: _cuda_loop(e, d, loop, "0", "cols", unroll))
+            _row_passes(e, 3, prog, lambda d, loop: _cuda_loop(e, d, loop, lo, hi, unroll), combine_at=combine_at)
             e.guarded_row_outputs(3, "threadIdx.x == 0")
             e.w(2, "}")
         else:
-            _row_passes(e, 2, prog, lambda d, loop: _cuda_loop(e, d, loop, "0", "cols", unroll))
+            _row_passes(e, 2, prog, lambda d, loop: _cuda_loop(e, d, loop, lo, hi, unroll), combine_at=combine_at)
             e.guarded_row_outputs(2, "threadIdx.x == 0")
         e.w(1, "}")
     e.w(0, "}")
@@ -145,7 +155,7 @@ def _stagger(e: CudaWriter, k: int, copy: bool) -> None:
     e.w(1, "#endif")
 
 
-def _row_passes(e: CudaWriter, d: int, prog, loop_writer, sum_t: str = "double") -> None:
+def _row_passes(e: CudaWriter, d: int, prog, loop_writer, sum_t: str = "double", combine_at=None) -> None:
     """The passes of a block-per-row kernel: per pass, thread-local accumulators, the loop, a block reduction.
 
     Sums are reduced across the block in double: a float sum of a 32768-element row can differ from PyTorch's by
@@ -154,7 +164,8 @@ def _row_passes(e: CudaWriter, d: int, prog, loop_writer, sum_t: str = "double")
     float-to-double conversion and double add per element costs measurable time there: docs/PERF_NOTES.md),
     double when a thread streams a long row. Streaming a row, a variance's pass is folded into its mean's where the
     plan rewrite `variance_fold` marked it (`plan.variance_folds`; rows held in the register cache keep the two
-    passes: they cost no memory traffic there, and the per-thread sums are float)."""
+    passes: they cost no memory traffic there, and the per-thread sums are float). `combine_at(d, loop, warp)`
+    writes a split row's combine after its pass's loop (`split.combine`)."""
     warp = "true" if e.sched.warp_reduce else "false"
     folded = e.plan.variance_folds if sum_t == "double" else {}
     squares = {m: r2 for m, r2 in folded.values()}
@@ -166,6 +177,8 @@ def _row_passes(e: CudaWriter, d: int, prog, loop_writer, sum_t: str = "double")
             e.squares = squares
             loop_writer(d, loop)
             e.squares = {}
+            if combine_at is not None:
+                combine_at(d, loop, warp)
             for r in loop.reds:
                 op = e.by[r].red["op"]
                 if r in squares:
@@ -273,7 +286,9 @@ class CudaBackend(Backend):
         kernels = [cuda_kernel(k, sched, scheds[k.name]) for k in plan.kernels]
         keeps = [CUDA_L2_KEEP.strip()] if any("kf_keep_" in k for k in kernels) else []  # vector loads only
         pipes = [CUDA_PIPE.strip()] if any(k.pipeline for k in plan.kernels) else []
-        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + keeps + pipes + kernels) + (
+        splits = [CUDA_SPLIT.strip()] if (any(s.split for s in scheds.values())
+                                          or any(c.kind == "bnstats" for c in plan.columns)) else []
+        src = "\n".join(fast + [CUDA_PRELUDE.strip()] + halves + copies + keeps + pipes + splits + kernels) + (
             "\n" + cuda_source(plan.columns) if plan.columns else "")
         tail = ["self.kf_mod = compile_cuda(SOURCE)",
                 "kf_props = torch.cuda.get_device_properties(torch.cuda.current_device())",
@@ -284,6 +299,6 @@ class CudaBackend(Backend):
         return emit.candidate(plan, desc, header=header, marker=marker,
                               imports=[f"from {target.module} import compile_cuda"], source_name="SOURCE",
                               source_text=src, init_tail=tail,
-                              launch=lambda kp, names: cuda_launch_lines(kp, names, _cuda_signature,
-                                                                         scheds[kp.name]),
+                              launch=lambda kp, names: cuda_launch_lines(
+                                  kp, names, lambda p: _cuda_signature(p, scheds[p.name]), scheds[kp.name]),
                               columns=cuda_launch)
