@@ -7,8 +7,9 @@ consecutive i), each pass over r an inner loop over the chunk that the compiler 
 1); on the GPU one thread a column, consecutive threads on consecutive i (coalesced). Row scans (I == 1, a scan
 along the last dim) run one row a lane on the CPU and one row a warp on the GPU (a shuffle scan of 32 elements at a
 time with a carry). `bnstats` (BatchNorm's per-channel mean and biased variance over (N, S) of x viewed as
-(N, C, S)) runs one channel a task on the CPU and one channel a thread block on the GPU, two passes (the mean,
-then squared deviations from it) with double accumulators.
+(N, C, S)) runs one channel a task on the CPU, two passes (the mean, then squared deviations from it) with double
+accumulators; on the GPU, `cuda.bnstats` (a block a channel as on the CPU, or a few long channels split over
+several blocks each).
 
 Sums and the softmax denominators accumulate in double, as the row kernels do; cumprod accumulates as PyTorch does
 on the device (double on the CPU, float on the GPU), so overflow and underflow happen where PyTorch's do.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from ...pyast import parse_ast
 from . import pool_kernels
+from .cuda.bnstats import bnstats_call, cuda_bnstats
 from .col_chains import c_functions, c_post, c_read, c_row_loads, c_row_params, c_stores, row_args, row_arrays
 from ..lower.colops import ColOp
 from ..schedule import Schedule
@@ -147,9 +149,9 @@ def cpu_launch(col: ColOp, names: dict) -> list[str]:
 def cuda_launch(col: ColOp, names: dict) -> list[str]:
     if col.kind == "pool":
         return pool_kernels.cuda_launch(col, names)
-    if col.kind == "bnstats":
-        grid, block, fn = "max(1, min(R, self.kf_sms * 8))", 256, col.kname
-    elif col.kind == "scan":
+    if col.kind == "bnstats":  # a block a channel, or several (`cuda.split`) for a few long channels
+        return launch_lines(col, names, bnstats_call(col))
+    if col.kind == "scan":
         # I == 1: a row scan, one row a warp; else one column a thread
         return launch_lines(col, names, "\n".join([
             "if I == 1:",
@@ -405,41 +407,12 @@ def _cuda_row_scan(col: ColOp) -> list[str]:
             "        }", "    }", "}"]
 
 
-def _cuda_bnstats(col: ColOp) -> list[str]:
-    def sweep(term: str) -> list[str]:
-        return ["        s = 0.0;",
-                "        if (I >= blockDim.x) {",
-                "            for (long long n = 0; n < O; ++n)",
-                f"                for (long long j = threadIdx.x; j < I; j += blockDim.x) {{ "
-                f"{term.format(v='x[n * sO + c * sR + j * sI]')} }}",
-                "        } else {",
-                "            for (long long e = threadIdx.x; e < O * I; e += blockDim.x) {",
-                "                const long long n = e / I, j = e - n * I;",
-                f"                {term.format(v='x[n * sO + c * sR + j * sI]')}",
-                "            }", "        }",
-                "        red[threadIdx.x] = s;", "        __syncthreads();",
-                "        for (int w = blockDim.x >> 1; w > 0; w >>= 1) {",
-                "            if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];",
-                "            __syncthreads();", "        }",
-                "        s = red[0];", "        __syncthreads();"]
-
-    return ([f"// {col.label}: per-channel batch statistics of x viewed as (N, C, S), a block a channel",
-             f'extern "C" __global__ void {col.kname}(const float* __restrict__ x, float* __restrict__ out, '
-             "long long O, long long R, long long I, long long sO, long long sR, long long sI) {",
-             "    __shared__ double red[256];",
-             "    const double cnt = (double)O * (double)I;",
-             "    for (long long c = blockIdx.x; c < R; c += gridDim.x) {", "        double s;"] +
-            sweep("s += (double){v};") + ["        const double mean = s / cnt;"] +
-            sweep("const double d = (double){v} - mean; s += d * d;") +
-            ["        if (threadIdx.x == 0) { out[c] = (float)mean; out[R + c] = (float)(s / cnt); }", "    }", "}"])
-
-
 def cuda_source(cols: list[ColOp]) -> str:
     """The CUDA of the column kernels (after the CUDA prelude: kf_exp, kf_log)."""
     if not cols:
         return ""
     parts = ["__device__ __forceinline__ bool kf_isinf(float v) { return isinf(v); }"]
     for col in cols:
-        write = {"bnstats": _cuda_bnstats, "pool": pool_kernels.cuda_pool}.get(col.kind, _cuda_column)
+        write = {"bnstats": cuda_bnstats, "pool": pool_kernels.cuda_pool}.get(col.kind, _cuda_column)
         parts.append("\n".join(c_functions(col, "__device__ __forceinline__") + write(col)))
     return "\n".join(parts) + "\n"
