@@ -27,10 +27,14 @@ CASES = {
     # a few values over everything, and the mean of each of a few long rows
     "full_reductions": problem(forward="return (x.sum(), x.amax(), x.amin(), torch.var(x), x.mean(dim=(1, 2)))",
                                inputs="[torch.randn(4, 512, 1024) + 0.5]"),
-    # KernelBench level1/33 (64 channels) on a smaller batch and map; the second's mean is far from zero
+    # KernelBench level1/33 (64 channels) on a smaller batch and map; the second's mean is far from zero (100 stds:
+    # E[x^2] - E[x]^2 in float would keep about one digit of the variance). Not further: the mean is stored as a
+    # float on both sides, and eager's is itself a few ulps off (at a 0.01 std, eager's own error against float64
+    # is 5.7e-4, at 0.1 two ulps of 100 are 1.5e-4 of a std: both more than the default fp32 bound, measured on an
+    # H100)
     "batch_norm": problem(forward="return self.bn(x)", inputs="[torch.rand(16, 64, 128, 128)]",
                           ctor="self.bn = nn.BatchNorm2d(64)"),
-    "batch_norm_offset": problem(forward="return self.bn(x)", inputs="[torch.randn(8, 16, 256, 256) * 0.01 + 100.0]",
+    "batch_norm_offset": problem(forward="return self.bn(x)", inputs="[torch.randn(8, 16, 256, 256) + 100.0]",
                                  ctor="self.bn = nn.BatchNorm2d(16)"),
     # KernelBench level1/47 and 48 (column kernels: many outputs, left as they are) on a smaller batch
     "sum_dim": problem(forward="return torch.sum(x, dim=1, keepdim=True)", inputs="[torch.rand(16, 4096, 4095)]"),

@@ -61,9 +61,9 @@ def test_mse_loss_at_kernelbench_size_on_gpu():
     _judge("94_MSELoss", mse_loss(32768), True, timing=True)
 
 
-# closeness to float64: the BatchNorm's mean near 100 is stored as a float (half an ulp, 4e-6, is 4e-4 of its
-# 0.01 std), as eager's is
-TOLERANCE = {"mse_loss": 1e-5, "full_reductions": 1e-5, "batch_norm_offset": 2e-3}
+# closeness to float64: the BatchNorm's mean near 100 is stored as a float (half an ulp, 4e-6, is 4e-6 of its
+# std), as eager's is
+TOLERANCE = {"mse_loss": 1e-5, "full_reductions": 1e-5, "batch_norm_offset": 1e-4}
 
 
 @pytest.mark.parametrize("case", sorted(TOLERANCE))
