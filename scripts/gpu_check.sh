@@ -8,7 +8,7 @@
 #   hostile variants that must fail because the judge is out of reach, then time to verdict judged vs one process
 #   isolation: the OS isolation of evaluation children on the GPU (docs/EVALUATOR.md), required rather than best
 #   effort: the CPU isolation tests, the CUDA/Triton examples, the hostile GPU candidates and the device-memory
-#   handover, as root and as an ordinary user
+#   handover, as root and as an ordinary user (ISOLATION_AS=user: the ordinary user alone)
 #   fidelity: bench/timing_fidelity.py on CUDA (same candidate evaluated 5 times: spread of its speedup)
 #   builtin: bench/builtin_gallery.py on CUDA, resumable (copy a returned builtin_cuda.json into $OUT to go on)
 #   footprint: bench/eval_footprint.py on CUDA: the evaluator's peak device memory against the problem's own tensors,
@@ -98,9 +98,12 @@ isolation() {  # KFORGE_ISOLATION=require: an evaluation that cannot be isolated
   # the honest examples, the hostile GPU candidates (tests/gpu/cases, the judge's hostile variants) and the handover,
   # isolated, as root and as an ordinary user (issue 20's done-when)
   local sel="nvrtc_example_correct or triton_example_correct or load_inline_cuda_correct or illegal_address or hostile_candidates or side_stream or infinite_loop or loosened_tolerance or forged_timer or says_which_memory"
-  KFORGE_ISOLATION=require "$PY" -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py tests/gpu/test_gpu_judge.py tests/gpu/test_gpu_handover.py \
-    -k "test_isolation or $sel" 2>&1 | tee -a "$OUT/gpu_check.log"
-  local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  local rc
+  if [ "${ISOLATION_AS:-both}" != user ]; then  # ISOLATION_AS=user: the ordinary user's half alone
+    KFORGE_ISOLATION=require "$PY" -m pytest -q -rA -p no:cacheprovider tests/test_isolation.py tests/test_isolation_submounts.py tests/gpu/test_gpu_eval.py tests/gpu/test_gpu_judge.py tests/gpu/test_gpu_handover.py \
+      -k "test_isolation or $sel" 2>&1 | tee -a "$OUT/gpu_check.log"
+    rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  fi
   if [ "$(id -u)" = 0 ]; then  # and as an ordinary user, where this interpreter is reachable by one
     id kforge-check >/dev/null 2>&1 || useradd -M kforge-check 2>/dev/null
     local cache; cache=$(mktemp -d); chmod 777 "$cache"
