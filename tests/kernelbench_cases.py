@@ -6,11 +6,12 @@ from __future__ import annotations
 
 
 
-def problem(forward: str, inputs: str, init: str = "[]", ctor: str = "pass", params: str = "") -> str:
-    """A KernelBench-format problem: `Model(<params>)` whose forward body is `forward`."""
+def problem(forward: str, inputs: str, init: str = "[]", ctor: str = "pass", params: str = "",
+            args: str = "x") -> str:
+    """A KernelBench-format problem: `Model(<params>)` whose forward(<args>) body is `forward`."""
     head = ["import math", "import torch", "import torch.nn as nn", "", "", "class Model(nn.Module):",
             f"    def __init__(self{', ' + params if params else ''}):", "        super().__init__()", f"        {ctor}",
-            "", "    def forward(self, x):", f"        {forward}"]
+            "", f"    def forward(self, {args}):", f"        {forward}"]
     tail = [("get_inputs", inputs), ("get_init_inputs", init)]
     return "\n".join(head + [line for fn, value in tail for line in ("", "", f"def {fn}():", f"    return {value}")]) \
         + "\n"

@@ -4,8 +4,8 @@
 matrix products go to the vendor library, row operators and elementwise operators become kernel primitives, and
 anything the kernels cannot do is kept as a PyTorch call with a reason. The pieces live in their own modules:
 `ir` (the lowered form), `args` (encoded arguments), `operators` (operator names and classes), `pycall` (PyTorch
-calls for forward), `matmul`, `pointwise`, `rowops` and `pooling` (the lowerings), `cse` (duplicate primitives
-merged).
+calls for forward), `matmul`, `pointwise`, `rowops`, `losses` and `pooling` (the lowerings), `cse` (duplicate
+primitives merged).
 
 Nothing here executes problem code: the description is plain JSON produced by the tracing child.
 """
@@ -16,6 +16,7 @@ from .args import Arg, render
 from .colops import SCAN_OPS, ColumnLowering
 from .cse import merge_duplicates
 from .ir import FLOAT, KERNEL_DTYPES, CannotEmit, Lowered, Prim, Py, Unsupported, Value, contig_strides, py_name
+from .losses import LOSSES, LossLowering
 from .matmul import MatmulLowering
 from .operators import CASTS, GLUE, LIB, PY_SCALAR_OPS, ROW_OPS, OperatorCanon
 from .pointwise import PointwiseLowering
@@ -29,7 +30,7 @@ __all__ = ["FLOAT", "KERNEL_DTYPES", "CannotEmit", "Lowered", "Lowerer", "Prim",
 
 
 class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, RowOpLowering, PoolingLowering,
-              ColumnLowering):
+              ColumnLowering, LossLowering):
     """One lowering of one description. The mixins hold the per-operator lowerings; they share the state set up
     here (`values`, `items`, `names`, `counted`, `labels`, ...) rather than passing it around."""
 
@@ -286,6 +287,11 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
                 return
             if cname in SCAN_OPS:
                 self._scan(n, cname, bound)
+                return
+            if cname in LOSSES:
+                if self.conservative:
+                    raise Unsupported("losses (reductions) kept in PyTorch in the conservative variant")
+                self._loss(n, cname, bound)
                 return
             if cname == "cat":
                 self._cat(n, bound)

@@ -3,8 +3,8 @@
 A traced node becomes one or more items, in topological order:
 - `Prim`: a primitive the kernels implement — an elementwise function (`pw`) or a row reduction (`red`: sum, mean,
   max, min over the trailing `k` dimensions). Composite operators (softmax, log_softmax, logsumexp, LayerNorm,
-  RMSNorm, GroupNorm, F.normalize, var/std, eval-mode batch_norm) expand into several primitives that share an
-  `origin` (GroupNorm with layout glue between them).
+  RMSNorm, GroupNorm, F.normalize, var/std, eval-mode batch_norm, the losses) expand into several primitives that
+  share an `origin` (GroupNorm with layout glue between them).
 - `Py`: a node kept as a PyTorch call in `ModelNew.forward` — a matrix product through the vendor library (`lib`),
   layout/shape glue (`glue`: views, getitem, shape arithmetic; not counted), or an unsupported operator (`kept`).
 

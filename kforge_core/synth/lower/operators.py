@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .args import Arg
 from .colops import BN_MODULES, bn_module_canon
+from .losses import LOSS_MODULES, LOSS_SIGS, loss_module_canon
 
 UNARY = {
     "relu", "sigmoid", "tanh", "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "abs", "neg", "sqrt",
@@ -72,6 +73,7 @@ _F_SIGS = {  # torch.nn.functional spellings that differ from torch.<name>
     "relu": ["input", "inplace"], "silu": ["input", "inplace"], "mish": ["input", "inplace"],
     "relu6": ["input", "inplace"], "hardsigmoid": ["input", "inplace"], "hardswish": ["input", "inplace"],
     "selu": ["input", "inplace"],
+    **LOSS_SIGS,
 }
 _OPERATOR = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "neg": "neg", "pow": "pow",
              "gt": "gt", "lt": "lt", "ge": "ge", "le": "le", "eq": "eq", "ne": "ne", "abs": "abs",
@@ -133,6 +135,8 @@ class OperatorCanon:
                                       "eps": a.get("eps", 1e-5)}
             if cls in BN_MODULES:
                 return bn_module_canon(mod, target, args, self.param_ref, self.modules)
+            if cls in LOSS_MODULES:
+                return loss_module_canon(cls, mod, target, args, kwargs, self.modules)
             if cls == "GroupNorm":
                 a = mod.get("attrs", {})
                 params = {p["name"] for p in self.modules.get(target, {}).get("params", [])}
