@@ -14,7 +14,8 @@ state_dict. The description is plain JSON; nothing from the child is ever execut
 
 Description shape (the contract with `graph.py`):
 {"ok": true, "method": "fx"|"export", "size_class": ..., "init_args": [encoded arguments] | null,
- "nodes": [{"name", "op", "target", "args", "kwargs", "value", "module": {...}?, "emit": {...}?, "schema": [...]?}],
+ "nodes": [{"name", "op", "target", "args", "kwargs", "value", "module": {...}?, "emit": {...}?, "schema": [...]?,
+            "const": {"value", "dtype"}? (a get_attr of a 0-dim tensor fx made in forward, not model state)}],
  "modules": [{"path", "cls", "ctor", "attrs", "training", "params": [...], "buffers": [...]}],
  "configs": [{"size_class", "init_args", "modules": [{"path", "ctor"}], "state": {key: [shape, dtype]}}],
  "problem_globals": {...}, "notes": [...]}

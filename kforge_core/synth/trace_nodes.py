@@ -37,10 +37,30 @@ def graph_signature(gm) -> list:
             for n in gm.graph.nodes]
 
 
+def _scalar_constant(gm, target: str, state: set):
+    """The value of a 0-dim tensor fx made a constant of while tracing (`torch.tensor(0.5)` in forward, with no
+    traced argument, becomes a `_tensor_constant<n>` attribute of the graph module), encoded; None for model state
+    (the candidate copies that) and anything else."""
+    import torch
+
+    if target in state:
+        return None
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    if not isinstance(obj, torch.Tensor) or obj.dim() != 0 or obj.is_meta or obj.is_complex():
+        return None
+    try:
+        return {"value": encode_arg(obj.item()), "dtype": str(obj.dtype).replace("torch.", "")}
+    except (RuntimeError, ValueError):
+        return None
+
+
 def fx_nodes(gm, model, values: dict) -> list[dict]:
     import torch
 
     modules = dict(model.named_modules())
+    state = set(model.state_dict())
     nodes = []
     for n in gm.graph.nodes:
         entry = {"name": n.name, "op": n.op, "target": None, "args": encode_arg(tuple(n.args))["tuple"],
@@ -58,6 +78,8 @@ def fx_nodes(gm, model, values: dict) -> list[dict]:
                                    "attrs": simple_attrs(m), "training": bool(m.training)}
         else:
             entry["target"] = str(n.target)
+            if n.op == "get_attr" and (const := _scalar_constant(gm, str(n.target), state)) is not None:
+                entry["const"] = const
         nodes.append(entry)
     return nodes
 

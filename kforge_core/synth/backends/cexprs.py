@@ -44,6 +44,7 @@ C_TEMPLATES = {
     "ne": "({0} != {1})", "logical_and": "({0} && {1})", "logical_or": "({0} || {1})", "logical_not": "(!{0})",
     "where": "({0} ? {1} : {2})", "lerp": "({0} + {2} * ({1} - {0}))",
     "cast": "({0})",  # values are floats in the kernels; a narrowing cast is the node's rounding (KNode.half)
+    "fill": "({0})",  # zeros_like / full(...): the constant itself
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .args import Arg, render
 from .colops import SCAN_OPS, ColumnLowering
+from .constants import FILLS, ConstantLowering, prune_constants
 from .cse import merge_duplicates
 from .ir import FLOAT, KERNEL_DTYPES, CannotEmit, Lowered, Prim, Py, Unsupported, Value, contig_strides, py_name
 from .losses import LOSSES, LossLowering
@@ -30,7 +31,7 @@ __all__ = ["FLOAT", "KERNEL_DTYPES", "CannotEmit", "Lowered", "Lowerer", "Prim",
 
 
 class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, RowOpLowering, PoolingLowering,
-              ColumnLowering, LossLowering):
+              ColumnLowering, LossLowering, ConstantLowering):
     """One lowering of one description. The mixins hold the per-operator lowerings; they share the state set up
     here (`values`, `items`, `names`, `counted`, `labels`, ...) rather than passing it around."""
 
@@ -58,6 +59,7 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
         self.notes: list[str] = list(desc.get("notes", []))
         self.dropped: set[str] = set()
         self.aliases: dict[str, str] = {}  # max(...).values accessor -> the reduction replacing it
+        self.consts: dict[str, object] = {}  # 0-dim constant tensors (`constants`) -> the number they hold
         self._syn = 0
         self.pipelines: list[dict] = []
         self.state_keys = set()
@@ -100,6 +102,8 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
         """A Prim operand for an encoded argument: a traced value or a numeric constant."""
         if Arg.is_node(a):
             name = self.aliases.get(a["n"], a["n"])
+            if name in self.consts:  # torch.tensor(0.5): the kernel reads the number
+                return ("c", self.consts[name])
             v = self.values[name]
             if v.kind == "t":
                 if v.dtype not in KERNEL_DTYPES + self.halves:
@@ -171,6 +175,7 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
                 output_names = [self.aliases.get(r, r) for r in self._refs(n)]
                 continue
             self._call(n)
+        self.items = prune_constants(self.items, self.consts, output_names)
         return Lowered(self.items, self.values, placeholders, output_code, output_names, self.counted, self.labels,
                        self.kept_reasons, self.desc.get("method", "fx"), self.notes, self.imports,
                        self._alias_names(), self.pipelines)
@@ -212,6 +217,8 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
         name, target = n["name"], n["target"]
         v = self.values[name]
         try:
+            if target not in self.state_keys and self._attr_constant(n):
+                return
             if target not in self.state_keys:
                 raise Unsupported(f"{target!r} is not a parameter or persistent buffer of Model (a plain tensor "
                                   f"attribute or a non-persistent buffer), so a standalone candidate cannot copy it")
@@ -270,6 +277,12 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
                 return
             if value.kind != "t":
                 raise Unsupported(f"{cname} returns a {value.kind}")
+            if cname == "tensor":
+                self._tensor_of_number(n)
+                return
+            if cname in FILLS:
+                self._fill(n, cname, bound)
+                return
             if cname in CASTS:
                 self._cast(n, cname)
                 return

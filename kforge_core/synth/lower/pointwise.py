@@ -42,6 +42,11 @@ class PointwiseLowering:
         if out.dtype not in KERNEL_DTYPES + self.halves:
             raise Unsupported(f"output dtype {out.dtype} (this target's kernels write "
                               f"{', '.join(KERNEL_DTYPES[:1] + self.halves)} and bool)")
+        refs = [self.aliases.get(r, r) for r in self._refs(n)]
+        if self.halves and any(r in self.consts for r in refs) and any(
+                self.values[r].dtype in self.halves for r in refs + [name] if self.values[r].is_tensor):
+            # PyTorch casts a 0-dim tensor to the half dtype first, unlike a Python number in mul/div
+            raise Unsupported(f"a 0-dim constant tensor in a half-precision {cname} stays in PyTorch")
         prims = self._pw_prims(name, cname, b, out)
         if any(self.values[d].dtype in self.halves for p in prims for d in p.deps):
             prims = self._half_prims(name, cname, b, prims)
