@@ -19,7 +19,7 @@ from .cse import merge_duplicates
 from .ir import FLOAT, KERNEL_DTYPES, CannotEmit, Lowered, Prim, Py, Unsupported, Value, contig_strides, py_name
 from .losses import LOSSES, LossLowering
 from .matmul import MatmulLowering
-from .operators import CASTS, GLUE, LIB, PY_SCALAR_OPS, ROW_OPS, OperatorCanon
+from .operators import CASTS, DROPOUT_KEPT, GLUE, LIB, PY_SCALAR_OPS, ROW_OPS, OperatorCanon
 from .pointwise import PointwiseLowering
 from .pooling import PoolingLowering, pooling_kind
 from .pycall import PyCallWriter, attr_access
@@ -277,6 +277,8 @@ class Lowerer(OperatorCanon, PyCallWriter, MatmulLowering, PointwiseLowering, Ro
                 return
             if value.kind != "t":
                 raise Unsupported(f"{cname} returns a {value.kind}")
+            if cname == "dropout":
+                raise Unsupported(DROPOUT_KEPT)
             if cname == "tensor":
                 self._tensor_of_number(n)
                 return

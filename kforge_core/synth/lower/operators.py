@@ -73,6 +73,7 @@ _F_SIGS = {  # torch.nn.functional spellings that differ from torch.<name>
     "relu": ["input", "inplace"], "silu": ["input", "inplace"], "mish": ["input", "inplace"],
     "relu6": ["input", "inplace"], "hardsigmoid": ["input", "inplace"], "hardswish": ["input", "inplace"],
     "selu": ["input", "inplace"],
+    "dropout": ["input", "p", "training", "inplace"],
     **LOSS_SIGS,
 }
 _OPERATOR = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "neg": "neg", "pow": "pow",
@@ -102,6 +103,11 @@ CASTS = {"float", "to", "type_as", "double", "half", "bfloat16", "type", "_to_co
 LIB = {"linear", "matmul", "mm", "bmm", "addmm", "baddbmm"}
 COMPARE = {"gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or", "logical_not"}
 PY_SCALAR_OPS = {"add", "sub", "mul", "div", "neg", "pow", "abs", "gt", "lt", "ge", "le", "eq", "ne"}
+# Dropout in training mode (nn.Module's default, and KernelBench's) zeroes elements by draws from torch's
+# generator; a kernel cannot draw the same numbers, and the evaluator judges a candidate against the reference run
+# after the same seed, so the draw stays in PyTorch. With p=0 or in eval mode it is the identity.
+DROPOUT_KEPT = ("Dropout in training mode draws its mask from torch's random number generator, which a kernel "
+                "cannot reproduce; it stays in PyTorch (the reference and the candidate run after the same seed)")
 ROW_OPS = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "logsumexp", "layer_norm",
            "rms_norm", "group_norm", "normalize", "norm", "var", "std", "batch_norm"}
 
@@ -119,6 +125,8 @@ class OperatorCanon:
             if cls in ("Identity",) or (cls.startswith("Dropout") and (mod.get("attrs", {}).get("p") == 0
                                                                          or not mod.get("training", True))):
                 return "identity", {"input": args[0] if args else None}
+            if cls.startswith("Dropout") or cls in ("AlphaDropout", "FeatureAlphaDropout"):
+                return "dropout", {"input": args[0] if args else None, "training": True}
             if cls in _MODULE_FNS:
                 fn, attr_map = _MODULE_FNS[cls]
                 bound = {"input": args[0] if args else kwargs.get("input")}
@@ -193,6 +201,9 @@ class OperatorCanon:
                 sig = (_F_SIGS.get(name) if home == "torch.nn.functional" else None) or _SIGS.get(name) or (
                     ["input", "inplace"] if name in UNARY else None)
                 bound = self._bind(name, sig, args, kwargs)
+                if name == "dropout" and home == "torch.nn.functional" and (
+                        bound.get("training", True) is False or bound.get("p", 0.5) == 0):
+                    return "identity", {"input": bound.get("input")}
                 if name in ("max", "min") and Arg.is_node(bound.get("dim")):
                     name = "maximum" if name == "max" else "minimum"
                     bound = {"input": bound["input"], "other": bound["dim"]}
