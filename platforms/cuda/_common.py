@@ -133,7 +133,6 @@ class GpuPlatform(Platform):
     _sync = None
     _event_done = None
     _flush_buffer = None
-    _wake_buffer = None
 
     def make_timer(self) -> Timer:
         if self._event_done is None:  # outside an evaluation child, or no usable GPU
@@ -211,14 +210,6 @@ class GpuPlatform(Platform):
         if self._flush_buffer is None:
             l2 = self.cache_bytes() or (64 << 20)
             self._flush_buffer = torch.empty(max(2 * l2, 32 << 20) // 4, dtype=torch.int32, device="cuda")
-            self._wake_buffer = torch.zeros(1, device="cuda")
-        # A small op and a wait first. A timed call made right after its process was woken from a blocking read (the
-        # candidate's and the torch.compile baseline's processes wait for each request; eager, in the judge, never
-        # does) ran 12 % slower than back to back for a 0.2 ms call and 32 % for a 0.07 ms one, and 3.8 % and 10.8 %
-        # with this first (bench/wake_timing.py, H100, 2026-11-26): every timed path flushes before its call, so
-        # all three get it alike.
-        self._wake_buffer.add_(1.0)
-        self.synchronize()
         self._flush_buffer.zero_()  # writing 2x L2 evicts the inputs; the timer synchronizes before its start
 
     def profile(self, run, trials: int = 5) -> dict:

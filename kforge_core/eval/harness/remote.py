@@ -294,9 +294,8 @@ class RemoteCandidate:
         self.round_trip_ms = statistics.median(samples)
 
     def timed_call(self, inputs) -> tuple[float, object]:
-        """One timed call: the candidate's process makes its inputs ready and flushes its cache (on a device, in
-        the timed request, right before its call: worker.op_time), then times its forward with its own clock (bound
-        before its import); the judge brackets that request with its clock.
+        """One timed call: the candidate's process makes its inputs ready and flushes its cache, then times its
+        forward with its own clock (bound before its import); the judge brackets that request with its clock.
         The time returned is the report, bounded from both sides by what the candidate's process cannot forge: above
         by the judge's bracket (a longer report is rejected), below by the CPU time the caller read for the call --
         the timed request's, plus what the process did after it returned until its outputs were delivered --

@@ -208,17 +208,10 @@ class _Worker:
         self._inputs(msg)
         self.pending = None
         self._seed(msg)
-        if self.platform.device_type == "cpu":
-            # on the CPU the flush is this process's own work: here it stays out of the timed request's CPU time,
-            # which bounds the reported time from below (remote.RemoteCandidate.timed_call)
-            process_state.class_call(self.platform, "flush_cache")  # the class's, watched by identity (guards)
+        process_state.class_call(self.platform, "flush_cache")  # the class's, watched by identity (guards)
         return {"ok": True}
 
     def op_time(self, msg: dict) -> dict:
-        if self.platform.device_type != "cpu":
-            # on a device, right before the call as eager's in the judge: the flush wakes the device path of a
-            # process that has just waited for this request (platforms/cuda flush_cache)
-            process_state.class_call(self.platform, "flush_cache")
         launches.reset()
         self.kernel_before = launches.kernel_ns()
         box = []
