@@ -67,6 +67,7 @@ def main() -> None:
     footprint.release(platform)
     _write({"ready": True, "torch_compile_s": compile_s, "conditions": read_conditions()})
     for line in sys.stdin:
+        inputs = None  # the last request's inputs go before this one's are made (both at once: 3x, not 2x)
         try:
             msg = json.loads(line)
             inputs = make_inputs(int(msg["seed"]))

@@ -286,10 +286,6 @@ class RemoteCandidate:
         self.inputs_changed = _changed_flag(reply)
         return self._take(reply)
 
-    def release(self) -> None:
-        """The candidate's process gives its cached memory back (between the judge's phases, as the judge does)."""
-        self._ask({"op": "release"})
-
     def calibrate(self, n: int = 7) -> None:
         """The channel's own round trip (an empty request), subtracted from the judge's brackets."""
         samples: list[float] = []

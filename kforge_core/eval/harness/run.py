@@ -120,11 +120,6 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
     except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt from candidate code too
         return _verdict("runtime_error", describe_exception("ModelNew.forward", e, str(cand_path), memory), **base)
     footprint.release(platform)
-    if remote is not None:
-        try:
-            remote.release()
-        except RemoteFailure as e:
-            return _verdict(e.status, e.reason, **_fields(e.extra), **base)
     base["memory"] = memory.report()
     if res.status == "incorrect" and draws_random:
         res.reason += (" (the reference draws random numbers: both run right after the same RNG seed, so ModelNew "

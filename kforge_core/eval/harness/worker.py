@@ -20,7 +20,7 @@ import torch
 
 from ...errors import CompileError
 from ...platform import get_platform
-from . import conditions, context, device_arena, footprint, guards, launches, process_state
+from . import conditions, context, device_arena, guards, launches, process_state
 from .compare import fingerprint, flatten
 from .correctness import outputs_from_kernels
 from .in_process import describe_exception, guard_findings, load_candidate, profile_candidate
@@ -203,13 +203,6 @@ class _Worker:
         return {"out": layout, "launches": launches.snapshot(), "kernel_ns": launches.kernel_ns() - kernel_before,
                 "forward_ns": forward_ns, "provenance": outputs_from_kernels(out, launches.touched()),
                 "aten_ops": sorted(ops), "inputs_changed": self._inputs_changed()}
-
-    def op_release(self, msg: dict) -> dict:
-        # between the judge's phases, as the judge does in its own process: at KernelBench's sizes the correctness
-        # phase's cached blocks (an input copy, poisoned outputs: 6 GiB each) stayed reserved through timing and,
-        # with the judge's and the torch.compile baseline's, overflowed an 80 GB card (level1/27_SELU_, 29_Softplus)
-        footprint.release(self.platform)
-        return {"ok": True}
 
     def op_prep(self, msg: dict) -> dict:
         self._inputs(msg)
