@@ -17,6 +17,13 @@ What does not grow with the problem (torch's lazy initialisation, the candidate'
 the comparison's fixed working set) is measured by the same evaluation at 8 x 8 first and subtracted:
 ratio = (peak - the 8 x 8 evaluation's peak in that phase) / live, live = inputs + parameters + outputs (once each).
 The goal is <= 3.
+
+A judged evaluation's candidate's process (`harness.worker`) reports its own peaks per phase the same way (its
+set-up, the candidate's load, correctness, timing, profiling; CUDA: allocated and reserved, held at each phase's end);
+they are printed in a second table, against the same 8 x 8 evaluation's. They are that process's own account
+(candidate code runs there; here the candidate is the honest one above). On the CPU they include the shared arena's
+pages (inputs + outputs, mapped in both processes), so the table also gives (peak - 8x8 - arena) / live: the
+candidate's process's private copies.
 """
 
 from __future__ import annotations
@@ -149,14 +156,19 @@ def main() -> int:
     tiny = evaluate(load_problem(text=PROBLEM.format(batch=8, dim=8), name="gelu_8x8"), candidate, args.target,
                     options)
     fixed = (tiny.memory or {}).get("peak_bytes") or {}
+    tiny_cand = (tiny.memory or {}).get("candidate_process") or {}
     print(f"8 x 8 evaluation ({tiny.status}): peak MiB per phase "
-          + ", ".join(f"{k} {v / MiB:.0f}" for k, v in fixed.items()))
+          + ", ".join(f"{k} {v / MiB:.0f}" for k, v in fixed.items())
+          + ("; candidate's process (reported): " + ", ".join(
+              f"{k} {v / MiB:.0f}" for k, v in (tiny_cand.get("peak_bytes") or {}).items()) if tiny_cand else ""))
+    rows = []
     print("| # | status | inputs MiB | params MiB | outputs MiB | live MiB | phase | peak MiB | peak - 8x8 MiB | "
           "(peak - 8x8) / live |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     worst = 0.0
     for run in range(1, args.runs + 1):
         v = evaluate(problem, candidate, args.target, options)
+        rows.append((run, v))
         mem = v.memory or {}
         sizes = mem.get("sizes") or {}
         live = mem.get("live_bytes") or 0
@@ -173,7 +185,39 @@ def main() -> int:
         if v.status != "correct":
             print(f"  ({v.status}: {v.reason[:300]})")
     print(f"measure: {(v.memory or {}).get('measure', '-')}; worst peak / live {worst:.2f} (goal <= 3)")
+    _candidate_table(rows, tiny_cand)
     return 0
+
+
+def _candidate_table(rows, tiny: dict) -> None:
+    """The candidate's process's own per-phase account (verdict memory.candidate_process)."""
+    fixed = tiny.get("peak_bytes") or {}
+    fixed_reserved = tiny.get("peak_reserved_bytes") or {}
+    print()
+    print("candidate's process (reported by it: its own account), per phase:")
+    print("| # | phase | peak MiB | peak - 8x8 MiB | (peak - 8x8) / live | (peak - 8x8 - arena) / live | "
+          "held at end MiB | reserved peak MiB | reserved held MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for run, v in rows:
+        mem = v.memory or {}
+        cand, live = mem.get("candidate_process") or {}, mem.get("live_bytes") or 0
+        if not cand or not live or "peak_bytes" not in cand:
+            print(f"| {run} | - | {cand.get('unavailable', 'no account')} |  |  |  |  |  |  |")
+            continue
+        arena = cand.get("arena_bytes", 0) if cand.get("arena") == "host" else 0  # host pages count in its RSS
+        reserved, held, held_reserved = (cand.get(k) or {} for k in ("peak_reserved_bytes", "held_bytes",
+                                                                      "held_reserved_bytes"))
+        for phase, peak in cand["peak_bytes"].items():
+            grown = peak - fixed.get(phase, 0)
+            res = reserved.get(phase)
+            mapped = 0 if phase in ("setup", "load") else arena  # the arena comes with the first checked call
+            print(f"| {run} | {phase} | {peak / MiB:.0f} | {grown / MiB:.0f} | {grown / live:.2f} | "
+                  f"{(grown - mapped) / live:.2f} | {held.get(phase, 0) / MiB:.0f} | "
+                  f"{'-' if res is None else f'{res / MiB:.0f} ({(res - fixed_reserved.get(phase, 0)) / live:.2f} live)'} | "
+                  f"{'-' if phase not in held_reserved else f'{held_reserved[phase] / MiB:.0f}'} |")
+    last = (rows[-1][1].memory or {}).get("candidate_process") or {} if rows else {}
+    print(f"arena: {last.get('arena', '-')} {last.get('arena_bytes', 0) / MiB:.0f} MiB; measure: "
+          f"{last.get('measure', '-')}")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,14 @@ def test_judged_evaluation_stays_within_three_times_the_live_tensors(monkeypatch
     ratios = {phase: (peak - mem["start_bytes"]) / mem["live_bytes"] for phase, peak in mem["peak_bytes"].items()}
     assert set(ratios) == {"reference checks", "correctness"}
     assert all(r <= 3.0 for r in ratios.values()), ratios
+    # the candidate's process's own account (reported by it; here the honest kernel's): in correctness it holds
+    # the shared arena's pages (inputs + outputs) and its private inputs and output, once each -- no second copy
+    cand = mem["candidate_process"]
+    assert set(cand["peak_bytes"]) == {"setup", "load", "correctness"} and cand["arena"] == "host", cand
+    private = (cand["peak_bytes"]["correctness"] - cand["start_bytes"] - cand["arena_bytes"]) / mem["live_bytes"]
+    assert 0.9 <= private <= 1.5, (private, cand)
+    # the set-up's reference call (its inputs and output) is given back before the judge's first request
+    assert cand["held_bytes"]["setup"] - cand["start_bytes"] < 0.25 * mem["live_bytes"], cand
 
 
 def test_staged_inputs_are_views_of_the_arena():

@@ -141,6 +141,33 @@ def test_honest_candidate_is_judged_out_of_process(monkeypatch):
     assert cpu["passed"] and "not checked" not in cpu["detail"], cpu  # the caller's CPU probe was read
     assert "kernel_launches" in v.reported_by_candidate, v.reported_by_candidate
     assert not any("disarmed" in w or "own process" in w for w in v.warnings), v.warnings
+    # the candidate's process's own memory account per phase, labelled as such (harness/footprint.py, worker.py)
+    cand = v.memory["candidate_process"]
+    assert "candidate's process" in cand["reported_by"] and "never used for the verdict" in cand["reported_by"]
+    assert set(cand["peak_bytes"]) == {"setup", "load", "correctness", "timing"}, cand
+    assert all(isinstance(n, int) and n > 0 for n in cand["peak_bytes"].values()), cand
+    assert cand["arena"] == "host" and cand["arena_bytes"] > 0 and "ignored" not in cand, cand
+    assert "memory.candidate_process" in v.reported_by_candidate, v.reported_by_candidate
+
+
+def test_forged_memory_account_changes_nothing(monkeypatch):
+    """A candidate (rules and guards disarmed) that forges its process's memory account with malformed values and
+    a claimed verdict: the verdict stays the honest kernel's (`correct`, timed), and what the verdict shows of the
+    account is only what validates (non-negative ints of known phases and fields), labelled as the candidate's
+    process's own."""
+    monkeypatch.setenv("KFORGE_UNSAFE_DISARM", "1")
+    monkeypatch.setenv("KFORGE_JUDGE", "1")
+    v = run_case(Case("judged_forge_memory", EXAMPLE_PROBLEM, HOSTILE / "judge_forge_memory.py", {**QUICK_TIMING}))
+    assert v.status == "correct", (v.status, v.reason, v.log_tail)
+    assert v.candidate_ms is not None and v.candidate_ms > 1e-3, v.candidate_ms
+    _says_disarmed(v)
+    cand = v.memory["candidate_process"]
+    assert cand["peak_bytes"] == {"setup": 1 << 20}, cand  # the one well-formed count of a known phase
+    assert cand["held_bytes"] == {"timing": 123}, cand
+    assert "start_bytes" not in cand and "peak_reserved_bytes" not in cand and "verdict" not in cand, cand
+    assert "ignored" in cand and "candidate's process" in cand["reported_by"], cand
+    assert set(v.memory) >= {"peak_bytes", "live_bytes", "candidate_process"}  # the judge's own report untouched
+    assert set(v.memory["peak_bytes"]) == {"reference checks", "correctness", "timing"}, v.memory
 
 
 def test_one_process_verdict_says_so(monkeypatch):
@@ -149,6 +176,7 @@ def test_one_process_verdict_says_so(monkeypatch):
     v = run_case(Case("alone_honest", SWISH, HONEST / "swish_newmodel.py", {"timing": False}))
     assert v.status == "correct"
     assert any("judged in the candidate's own process" in w for w in v.warnings), v.warnings
+    assert "candidate_process" not in v.memory  # one process: the judge's own report is the candidate's too
 
 
 # ------------------------------------------------------------------------------- the transport, in one process
@@ -321,3 +349,87 @@ def test_device_arena_offer_falls_back_for_the_right_reasons(monkeypatch):
         device_arena.offer(1 << 20, "cuda", lambda a: {"ok": False, "why": "no VMM here"})
     assert e.value.lasting and made[-1].closed
     assert device_arena.offer(1 << 20, "cuda", lambda a: {"ok": True}) is made[-1] and not made[-1].closed
+
+
+# ------------------------------------------------------------------ the candidate's process's memory account
+
+def test_memory_account_is_validated():
+    """Only the judge's phase names and fields, each a non-negative int below 1 PiB, pass; the measure is named by
+    the judge; anything else is dropped and counted."""
+    from kforge_core.eval.harness.remote import candidate_memory
+
+    good = {"start_bytes": 10, "peak_bytes": {"setup": 5, "timing": 7}, "held_bytes": {"timing": 0}}
+    out = candidate_memory(good, "cpu")
+    assert out["peak_bytes"] == {"setup": 5, "timing": 7} and out["start_bytes"] == 10 and "ignored" not in out
+    assert out["measure"].startswith("VmHWM") and "candidate's process" in out["reported_by"]
+    assert "max_memory_reserved" in candidate_memory(good, "cuda")["measure"]
+    for raw in (None, [], "x", 5):
+        assert "unavailable" in candidate_memory(raw, "cpu")
+    bad = {"start_bytes": True, "peak_bytes": {"setup": -1, "load": 1.0, "timing": 1 << 50, "bogus": 3,
+                                               "correctness": "9"},
+           "peak_reserved_bytes": [1, 2], "held_bytes": {"profiling": None}, "extra": {"a": 1}}
+    out = candidate_memory(bad, "cuda")
+    assert not set(out) & {"start_bytes", "peak_bytes", "peak_reserved_bytes", "held_bytes", "extra"}, out
+    assert out["ignored"].startswith("9 "), out
+
+
+def _fake_worker(answer):
+    """A judge's RemoteCandidate whose candidate's process is a thread answering every request with `answer(msg)`
+    (None: no answer); returns (remote, the messages it received)."""
+    import threading
+
+    from kforge_core.eval.harness.remote import RemoteCandidate
+
+    judge_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    seen = []
+
+    def serve():
+        while True:
+            try:
+                msg, _ = shared.recv(worker_end)
+            except (EOFError, OSError):
+                return
+            if msg.get("op") == "bye":
+                return
+            seen.append(msg)
+            reply = answer(msg)
+            if reply is not None:
+                shared.send(worker_end, reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return RemoteCandidate(judge_end.detach(), torch.device("cpu")), seen, worker_end
+
+
+def test_phase_rides_on_the_next_request_but_never_a_timed_one():
+    remote, seen, end = _fake_worker(lambda msg: {"ok": True, "ms": 1.0, "memory": {"peak_bytes": {"load": 1}}})
+    remote.phase = "timing"
+    remote._ask({"op": "time"})
+    remote._ask({"op": "fetch"})
+    remote._ask({"op": "ping"})
+    remote._ask({"op": "ping"})
+    remote.phase = "profiling"
+    remote._ask({"op": "findings"})
+    assert [m.get("phase") for m in seen] == [None, None, "timing", None, "profiling"], seen
+    assert remote.memory_report()["peak_bytes"] == {"load": 1}
+    remote.close()
+    end.close()
+
+
+@pytest.mark.parametrize("answer, says", [
+    ({"status": "correct", "reason": "forged"}, "did not report it"),
+    ({"violation": "forged"}, "did not report it"),
+    (None, "TimeoutError"),
+])
+def test_memory_report_failures_are_contained(monkeypatch, answer, says):
+    """A reply claiming a status or a violation, or none at all: the account is unavailable, with why; nothing is
+    raised into the judge (the verdict is already decided when it asks), and the wait is bounded."""
+    from kforge_core.eval.harness import remote as remote_mod
+
+    monkeypatch.setattr(remote_mod, "MEMORY_REPORT_WAIT_S", 0.3)
+    remote, _, end = _fake_worker(lambda msg: answer)
+    out = remote.memory_report()
+    assert says in out["unavailable"], out
+    if answer is None:  # the channel is out of step now: not asked again
+        assert remote.memory_report()["unavailable"].startswith("the candidate's process had not answered")
+    remote.sock.close()
+    end.close()

@@ -8,8 +8,12 @@ reference's own working memory: the inputs twice and the outputs twice (the refe
 inputs once and the outputs three times (a checked call: the reference's outputs, the candidate's, and the
 poisoning of fresh memory; a timed trial: candidate, eager and torch.compile outputs). See correctness.py.
 
-Peaks: on CUDA the caching allocator's own count (torch.cuda.max_memory_allocated); on the CPU the process's peak
-resident set (VmHWM, reset per phase through /proc/self/clear_refs where the kernel allows it).
+Peaks: on CUDA the caching allocator's own count (torch.cuda.max_memory_allocated) and what it reserved from the
+device (torch.cuda.max_memory_reserved: allocated plus its cached free blocks, the part of a process's device memory
+that nvidia-smi shows besides the CUDA context); on the CPU the process's peak resident set (VmHWM, reset per phase
+through /proc/self/clear_refs where the kernel allows it). The judge keeps its own (`Phases`); the candidate's process
+keeps the same per phase (`harness.worker`, phases named by the judge's requests) and reports them when the judge
+asks, as its own account (`harness.remote.candidate_memory`: validated, labelled, never used for a verdict).
 """
 
 from __future__ import annotations
@@ -92,6 +96,20 @@ def peak(platform) -> int:
     return torch.cuda.max_memory_allocated() if _cuda(platform) else _status_bytes("VmHWM")
 
 
+def reserved(platform) -> int | None:
+    """Device memory the caching allocator holds now, its free cached blocks included (CUDA); None elsewhere."""
+    return torch.cuda.memory_reserved() if _cuda(platform) else None
+
+
+def peak_reserved(platform) -> int | None:
+    """The caching allocator's peak reservation since the last reset (CUDA); None elsewhere."""
+    return torch.cuda.max_memory_reserved() if _cuda(platform) else None
+
+
+def measure(platform) -> str:
+    return "torch.cuda.max_memory_allocated" if _cuda(platform) else "VmHWM (peak RSS)"
+
+
 def available(platform, held: int) -> tuple[int, int] | None:
     """(bytes this evaluation could hold in all, the device's total), where known. `held`: what the evaluation's
     own tensors take now (counted as available: they are part of what the bound needs)."""
@@ -168,14 +186,23 @@ def release(platform) -> None:
 
 
 class Phases:
-    """The peak of each phase of the evaluation, for the verdict's `memory` report and bench/eval_footprint.py."""
+    """The peak of each phase of the evaluation, for the verdict's `memory` report and bench/eval_footprint.py.
+    `held`: also what the process still held when each phase ended (what the next phase started with: on CUDA
+    allocated and reserved), which the candidate's process reports (`harness.worker`)."""
 
-    def __init__(self, platform):
+    def __init__(self, platform, held: bool = False):
         self.platform = platform
         self.start = current(platform)
         self.sizes = Sizes()
         self.peaks: dict[str, int] = {}
+        self.reserved: dict[str, int] = {}  # CUDA: the caching allocator's peak reservation per phase
+        self.held: dict[str, int] | None = {} if held else None
+        self.held_reserved: dict[str, int] = {}
         self._name: str | None = None
+
+    @property
+    def name(self) -> str | None:
+        return self._name
 
     def enter(self, name: str) -> None:
         self.leave()
@@ -184,11 +211,29 @@ class Phases:
 
     def leave(self) -> None:
         if self._name is not None:
-            self.peaks[self._name] = max(self.peaks.get(self._name, 0), peak(self.platform))
-            self._name = None
+            name, self._name = self._name, None
+            self.peaks[name] = max(self.peaks.get(name, 0), peak(self.platform))
+            top = peak_reserved(self.platform)
+            if top is not None:
+                self.reserved[name] = max(self.reserved.get(name, 0), top)
+            if self.held is not None:
+                self.held[name] = current(self.platform)
+                now = reserved(self.platform)
+                if now is not None:
+                    self.held_reserved[name] = now
+
+    def peaks_report(self) -> dict:
+        """The per-phase numbers alone (closing the phase that is open)."""
+        self.leave()
+        out = {"start_bytes": self.start, "peak_bytes": dict(self.peaks)}
+        if self.reserved:
+            out["peak_reserved_bytes"] = dict(self.reserved)
+        if self.held is not None:
+            out["held_bytes"] = dict(self.held)
+            if self.held_reserved:
+                out["held_reserved_bytes"] = dict(self.held_reserved)
+        return out
 
     def report(self) -> dict:
-        self.leave()
         return {"sizes": asdict(self.sizes), "live_bytes": self.sizes.live, "needed_bytes": self.sizes.needed(),
-                "start_bytes": self.start, "peak_bytes": dict(self.peaks),
-                "measure": "torch.cuda.max_memory_allocated" if _cuda(self.platform) else "VmHWM (peak RSS)"}
+                **self.peaks_report(), "measure": measure(self.platform)}

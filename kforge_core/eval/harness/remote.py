@@ -41,6 +41,15 @@ from .loading import clone
 REPORT_MIN_SHARE = 0.5
 REPORT_SLACK_MS = 0.1
 
+# The phases the candidate's process keeps its memory peaks for: its own set-up (the problem and one reference call,
+# before the judge's first request), then the judge's, named in the first request of each (`phase`). Requests that
+# never carry the field: the timed request and its fetch (their CPU time is the timed call's, cpu_check.py).
+CANDIDATE_PHASES = ("setup", "load", "correctness", "timing", "profiling")
+UNMARKED_OPS = ("time", "fetch")
+MEMORY_FIELDS = ("peak_bytes", "peak_reserved_bytes", "held_bytes", "held_reserved_bytes")
+MAX_REPORTED_BYTES = 1 << 50  # 1 PiB: a count above it is not a measurement
+MEMORY_REPORT_WAIT_S = 5.0  # the judge's wait for the account after the verdict is decided
+
 
 class RemoteFailure(Exception):
     """The candidate's process reported a failure (status and reason as a verdict gives them), or misbehaved."""
@@ -86,19 +95,28 @@ class RemoteCandidate:
         # whether the last checked call (or, after check_between_calls, timed call) left its inputs changed: the
         # candidate's process fingerprints its own copy before and after (worker._inputs_changed)
         self.inputs_changed = False
+        # the judge's phase (CANDIDATE_PHASES), told to the candidate's process with the next request that may carry
+        # it, for that process's memory account (never a request of its own: no round trip is added)
+        self.phase: str | None = None
+        self._phase_sent: str | None = None
+        self._unanswered = False  # a request was sent and its reply not read (the channel is out of step)
 
     # ------------------------------------------------------------------ channel
 
     def _ask(self, msg: dict, fds: list[int] = (), clock: list | None = None) -> dict:
         """One request and its reply. `clock` gets the judge's bracket around it (ms); the CPU probe's readings,
         when the watch is on, are taken outside that bracket."""
+        if self.phase != self._phase_sent and msg.get("op") not in UNMARKED_OPS:
+            msg, self._phase_sent = {**msg, "phase": self.phase}, self.phase
         cpu_before = self.cpu.before() if self.cpu is not None else None
         try:
             if self.arena is not None:
                 self.arena.sync()  # this side's copies into and out of it are done before the other side acts
             t0 = time.perf_counter_ns()
+            self._unanswered = True
             shared.send(self.sock, msg, fds)
             reply, extra = shared.recv(self.sock, max_fds=1)
+            self._unanswered = False
             if clock is not None:
                 clock.append((time.perf_counter_ns() - t0) / 1e6)
             if self.cpu is not None:
@@ -181,7 +199,30 @@ class RemoteCandidate:
         return str(self._ask({"op": "findings", "identities": identities}).get("found") or "")
 
     def profile(self, model, share_only: bool = False):
+        self.phase = "profiling"
         return self._ask({"op": "profile", "share_only": share_only}).get("profile")
+
+    def memory_report(self) -> dict:
+        """The candidate's process's own account of its memory per phase, for the verdict's `memory` report (once
+        the verdict is decided: nothing here changes it). Validated and labelled (`candidate_memory`); where it
+        cannot be had (the process ended, did not answer within MEMORY_REPORT_WAIT_S, or the channel is out of
+        step), why."""
+        if self._unanswered:
+            return {"unavailable": "the candidate's process had not answered the judge's last request (it ended, "
+                                   "or is still busy)"}
+        try:
+            self.sock.settimeout(MEMORY_REPORT_WAIT_S)
+            try:
+                reply = self._ask({"op": "memory"})
+            finally:
+                self.sock.settimeout(None)
+        except (RemoteFailure, GuardViolation) as e:
+            return {"unavailable": f"the candidate's process did not report it: {str(e)[:200]}"}
+        except OSError as e:  # TimeoutError included
+            return {"unavailable": f"the candidate's process did not report it: {type(e).__name__}"}
+        arena = {"arena_bytes": self.arena.size, "arena": "device" if isinstance(self.arena, device_arena.DeviceArena)
+                 else "host"} if self.arena is not None else {}
+        return {**candidate_memory(reply.get("memory"), self.device), **arena}
 
     def train(self, mode: bool = True):
         return self
@@ -369,6 +410,50 @@ class RemoteCandidate:
         """The deferred-work check (harness/cpu_check.py): (a check, a rejection reason or ""), None without a
         probe."""
         return self.cpu.judge() if self.cpu is not None else None
+
+
+REPORTED_BY = ("the candidate's process, as its own account: candidate code runs there and can change it, so it is "
+               "shown for diagnosis only and never used for the verdict")
+
+
+def _byte_count(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_REPORTED_BYTES else None
+
+
+def candidate_memory(raw, device) -> dict:
+    """The candidate's process's memory account (worker.op_memory) as the verdict shows it: only the judge's own
+    phase names and fields, each a byte count (a non-negative int below MAX_REPORTED_BYTES); anything else is
+    dropped and counted. The measure is named by the judge (the same kind of device as its own), not taken."""
+    cuda = torch.device(device).type == "cuda"
+    out = {"reported_by": REPORTED_BY,
+           "measure": ("torch.cuda.max_memory_allocated (peak_bytes) and max_memory_reserved (peak_reserved_bytes), "
+                       "reset per phase; held_*: at the phase's end" if cuda else
+                       "VmHWM (peak RSS) per phase, the shared arena's pages included once touched; held_bytes: RSS "
+                       "at the phase's end")}
+    if not isinstance(raw, dict):
+        return {**out, "unavailable": "no account in the reply" if raw is None else "a malformed account (ignored)"}
+    dropped = 0
+    start = _byte_count(raw.get("start_bytes"))
+    if start is not None:
+        out["start_bytes"] = start
+    elif "start_bytes" in raw:
+        dropped += 1
+    for name in MEMORY_FIELDS:
+        entries = raw.get(name)
+        if entries is None:
+            continue
+        if not isinstance(entries, dict):
+            dropped += 1
+            continue
+        kept = {p: _byte_count(entries.get(p)) for p in CANDIDATE_PHASES if p in entries}
+        dropped += sum(v is None for v in kept.values()) + sum(1 for k in entries if k not in CANDIDATE_PHASES)
+        kept = {p: v for p, v in kept.items() if v is not None}
+        if kept:
+            out[name] = kept
+    dropped += sum(1 for k in raw if k not in ("start_bytes", *MEMORY_FIELDS))
+    if dropped:
+        out["ignored"] = f"{min(dropped, 10 ** 6)} malformed or unknown entries ignored"
+    return out
 
 
 def _changed_flag(reply: dict) -> bool:

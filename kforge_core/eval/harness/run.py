@@ -43,8 +43,14 @@ def run(request: dict, workdir: Path) -> dict:
         if request.get("mode") == "head_to_head" else {}
     guards.install()
     try:
-        return _run(request, workdir, platform, timer, state, remote,
-                    {n: r for n, r in contenders.items() if r is not None})
+        verdict = _run(request, workdir, platform, timer, state, remote,
+                       {n: r for n, r in contenders.items() if r is not None})
+        if remote is not None and isinstance(verdict.get("memory"), dict):
+            # the candidate's process's own account, once the verdict is decided (nothing in it is judged)
+            verdict["memory"] = {**verdict["memory"], "candidate_process": remote.memory_report()}
+            if isinstance(verdict.get("reported_by_candidate"), list):
+                verdict["reported_by_candidate"].append("memory.candidate_process")
+        return verdict
     except ProblemFailure as e:
         return {"problem_error": str(e), "status": "runtime_error", "reason": str(e)}
     finally:
@@ -90,6 +96,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
     context.set_candidate(cand_path)
     progress.stage("building the candidate")
     if remote is not None:  # the candidate's own process imports and builds it; this one never does
+        remote.phase = "load"
         new_model, loaded = remote.load()
         remote.expect_output_bytes(memory.sizes.outputs, len(problem_info["outputs"]))
         context.call_limit_s += remote.transfer_allowance_s(memory.sizes.inputs + memory.sizes.outputs)
@@ -106,6 +113,8 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
     first_seed = random.SystemRandom().randrange(1 << 20, 1 << 40)
     seeds = list(range(first_seed, first_seed + int(request.get("seeds", 5))))
     memory.enter("correctness")
+    if remote is not None:
+        remote.phase = "correctness"  # told with its next request (its memory account's phases)
     try:
         res = check_correctness(ref_model, new_model, make_inputs, policy, platform, seeds,
                                 after_call=side.after_call)
@@ -139,6 +148,8 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
         timed_share = profiled_share = None
         if request.get("timing", True):
             memory.enter("timing")
+            if remote is not None:
+                remote.phase = "timing"
             try:
                 timing = _time(request, ref_model, new_model, make_inputs, platform, timer, side)
             except RemoteFailure:

@@ -7,6 +7,12 @@ call with the clock bound before the candidate was imported, write a timed call'
 findings, profile. It never sees a reference output, a tolerance, a seed or a verdict: there is none in this
 process to read, patch or forge. Requests: one JSON object per SEQPACKET message (`harness.shared`); a new arena
 comes as a descriptor with the request that first uses it.
+
+Memory: this process keeps its own peaks per phase (`footprint.Phases`): "setup" (the problem and its reference
+call, before the judge's first request), then the phase the judge names in a request's `phase` field (the first
+request of each of its phases carries it; never a timed request or its fetch), and reports them when asked
+(`memory`). Candidate code runs here, so the judge labels them as this process's own account and decides nothing
+from them (`remote.candidate_memory`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import torch
 
 from ...errors import CompileError
 from ...platform import get_platform
-from . import conditions, context, device_arena, guards, launches, process_state
+from . import conditions, context, device_arena, footprint, guards, launches, process_state
 from .compare import fingerprint, flatten
 from .correctness import outputs_from_kernels
 from .in_process import describe_exception, guard_findings, load_candidate, profile_candidate
@@ -41,6 +47,7 @@ class _Worker:
         self.inputs_checked: bool | None = None  # the check's answer since the last call (asked once, given twice)
         self.pending = None  # a timed call's outputs, until fetched
         self.cand_path = str(workdir / "candidate.py")
+        self.memory: footprint.Phases | None = None  # this process's peaks per phase (reported, never judged)
 
     def setup(self) -> None:
         context.request = dict(self.request)
@@ -48,6 +55,10 @@ class _Worker:
             self.platform.prepare_child()
             prepare_pinning(self.device)
             device_arena.prepare(self.device)
+            if self.device.type == "cuda":
+                torch.cuda.init()  # the memory counts are the device's from the start (the reference runs there)
+            self.memory = footprint.Phases(self.platform, held=True)
+            self.memory.enter("setup")
         self.timer = self.platform.make_timer()  # binds the clock now, before any problem or candidate code exists
         self.state = guards.snapshot_state(registrations=False)
         guards.install()
@@ -74,6 +85,8 @@ class _Worker:
             except EOFError:
                 return
             op = msg.get("op")
+            if "phase" in msg:
+                self._enter_phase(msg["phase"])
             if fds and op != "arena":
                 self._new_arena(fds[0])
             self.fds = fds if op == "arena" else []
@@ -91,6 +104,17 @@ class _Worker:
                 what = {"call": "ModelNew.forward", "time": "timing ModelNew"}.get(op, f"ModelNew ({op})")
                 reply = {"status": "runtime_error", "reason": describe_exception(what, e, self.cand_path)}
             send(self.sock, reply)
+
+    def _enter_phase(self, name) -> None:
+        """The judge's phase begins with this request: the last phase's peaks are kept, the counters reset. Never
+        fails a request (the account is a diagnosis, not part of the evaluation)."""
+        if self.memory is None or not isinstance(name, str) or not 0 < len(name) <= 40 or name == self.memory.name:
+            return
+        try:
+            with guards.trusted():
+                self.memory.enter(name)
+        except Exception:  # noqa: BLE001 - the counters are torch's and /proc's; a failure only loses the account
+            pass
 
     def _new_arena(self, fd: int) -> None:
         try:
@@ -168,6 +192,14 @@ class _Worker:
 
     def op_ping(self, msg: dict) -> dict:
         return {"ok": True}
+
+    def op_memory(self, msg: dict) -> dict:
+        """This process's peaks per phase (closing the phase open now): its own account, for the verdict's
+        `memory` report (the judge validates and labels it)."""
+        if self.memory is None:
+            return {"memory": None}
+        with guards.trusted():
+            return {"memory": self.memory.peaks_report()}
 
     def _seed(self, msg: dict) -> None:
         """The judge's seed for the random numbers the next call draws (the reference ran right after it)."""
