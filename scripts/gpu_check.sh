@@ -13,6 +13,8 @@
 #   builtin: bench/builtin_gallery.py on CUDA, resumable (copy a returned builtin_cuda.json into $OUT to go on)
 #   footprint: bench/eval_footprint.py on CUDA: the evaluator's peak device memory against the problem's own tensors,
 #   for a GELU at KernelBench's own 26_GELU_ sizes (4096 x 393216 fp32: 6 GiB in, 6 GiB out); goal peak <= 3x
+#   (per phase, the judge's and the candidate's process's own account); `footprint --baselines` adds the torch.compile
+#   server; nvidia-smi sampled beside it gives the device's peak and each process's share then
 #   scaling: scripts/ray_multi_gpu.py (issue 28: Ray over 1, 2 and all GPUs of this host), stopped after
 #   $SCALING_TIMEOUT s (default 560, inside a 600 s call) so that the finished benches are still copied to $OUT;
 #   its own folder (bench/out/ray_multi_gpu) stays for --reuse on a warm machine; a machine goes back 30 s after a
@@ -161,10 +163,30 @@ builtin() {  # the built-in synthesizer over the gallery on CUDA (resumable: row
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
-footprint() {  # the evaluator's memory at KernelBench's sizes (issue 26: out of memory on 6-8 GiB inputs)
+footprint() {  # the evaluator's memory at KernelBench's sizes (issue 26: out of memory on 6-8 GiB inputs); with
+  # --baselines the torch.compile server too. Beside the verdicts' own reports (the judge's phases and the
+  # candidate's process's account), nvidia-smi every 0.5 s: the device's total and each process's share at its peak
+  # (the three processes together overflowed an 80 GB H100 at 6 GiB in / 6 GiB out, 2026-11-26)
   echo "== evaluator footprint, CUDA"
+  ( while true; do echo "t=$(date +%s.%N)"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.5; done ) > "$OUT/footprint_smi.log" 2>&1 &
+  local mon=$!
   "$PY" bench/eval_footprint.py --target cuda "$@" 2>&1 | tee "$OUT/footprint.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  kill "$mon" 2>/dev/null
+  "$PY" - "$OUT/footprint_smi.log" <<'EOF' | tee -a "$OUT/footprint.log"
+import sys
+best, cur = (0, []), None
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if line.startswith("t="):
+        cur = []
+    elif cur is not None and "," in line:
+        cur.append(line)
+    elif cur is not None and line.isdigit() and int(line) > best[0]:
+        best = (int(line), list(cur))
+print(f"device memory at its peak (nvidia-smi): {best[0]} MiB; per process (pid, MiB): {'; '.join(best[1]) or '-'}")
+EOF
 }
 
 scaling() {  # Ray over this host's GPUs, stopped inside the call's limit so that the finished benches come back
