@@ -62,3 +62,14 @@ def compile_source(source: str, arch: str = "sm_90") -> tuple[bool, str]:
 def kernel_source(program: str) -> str:
     """The CUDA source a synthesized CUDA candidate compiles (its SOURCE string)."""
     return re.search(r'SOURCE = r"""\n(.*?)"""', program, re.S).group(1)
+
+
+def assert_builtin_compiles(source: str, name: str, schedules) -> None:
+    """The built-in's CUDA candidate for `source` under each schedule compiles with NVRTC (no GPU needed)."""
+    from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
+
+    for sched in schedules:
+        res = BuiltinGenerationAgent(size_class="cpu").synthesize(source, "cuda", sched, name)
+        assert res.program, res.error
+        ok, log = compile_source(kernel_source(res.program))
+        assert ok, log

@@ -12,7 +12,7 @@ from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
 from kforge_core.platform import get_platform
 from kforge_core.synth.schedule import Schedule, first_schedule
 from tests.constant_cases import CONSTANT_CASES, KEPT_CONSTANT_CASES
-from tests.nvrtc_only import compile_source, kernel_source, nvrtc
+from tests.nvrtc_only import assert_builtin_compiles, nvrtc
 from tests.test_builtin_kernelbench import BEST, judge, synthesized, writes_every_case
 
 if not get_platform("cpu").availability().ok:  # pragma: no cover - CI has g++
@@ -71,11 +71,7 @@ def test_gpu_writers_write_the_constants(agent, target):
                                             "compile the kernels without a GPU); CI has none")
 @pytest.mark.parametrize("case", sorted(CONSTANT_CASES))
 def test_constant_kernels_compile_with_nvrtc(case):
-    for sched in (first_schedule("cuda"), BEST):
-        res = BuiltinGenerationAgent(size_class="cpu").synthesize(CONSTANT_CASES[case], "cuda", sched, case)
-        assert res.program, res.error
-        ok, log = compile_source(kernel_source(res.program))
-        assert ok, log
+    assert_builtin_compiles(CONSTANT_CASES[case], case, (first_schedule("cuda"), BEST))
 
 
 @pytest.mark.parametrize("case", sorted(KEPT_CONSTANT_CASES))

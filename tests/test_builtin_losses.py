@@ -11,7 +11,7 @@ from kforge_core.agents.builtin_generation import BuiltinGenerationAgent
 from kforge_core.platform import get_platform
 from kforge_core.synth.schedule import Schedule, first_schedule
 from tests.loss_cases import KEPT_CASES, LOSS_CASES
-from tests.nvrtc_only import compile_source, kernel_source, nvrtc
+from tests.nvrtc_only import assert_builtin_compiles, nvrtc
 from tests.test_builtin_kernelbench import BEST, judge, synthesized, writes_every_case
 
 if not get_platform("cpu").availability().ok:  # pragma: no cover - CI has g++
@@ -49,12 +49,8 @@ def test_gpu_writers_write_every_loss(agent, target):
                                             "compile the kernels without a GPU); CI has none")
 @pytest.mark.parametrize("case", sorted(LOSS_CASES))
 def test_loss_kernels_compile_with_nvrtc(case):
-    for sched in (first_schedule("cuda"), Schedule(fuse=True, parallel=True, vectorize=True, block=True,
-                                                     unroll=True, warp_reduce=True)):
-        res = BuiltinGenerationAgent(size_class="cpu").synthesize(LOSS_CASES[case], "cuda", sched, case)
-        assert res.program, res.error
-        ok, log = compile_source(kernel_source(res.program))
-        assert ok, log
+    assert_builtin_compiles(LOSS_CASES[case], case, (first_schedule("cuda"), Schedule(
+        fuse=True, parallel=True, vectorize=True, block=True, unroll=True, warp_reduce=True)))
 
 
 @pytest.mark.parametrize("case", sorted(KEPT_CASES))
