@@ -356,7 +356,7 @@ def test_device_arena_offer_falls_back_for_the_right_reasons(monkeypatch):
 def test_memory_account_is_validated():
     """Only the judge's phase names and fields, each a non-negative int below 1 PiB, pass; the measure is named by
     the judge; anything else is dropped and counted."""
-    from kforge_core.eval.harness.remote import candidate_memory
+    from kforge_core.eval.harness.memory_account import candidate_memory
 
     good = {"start_bytes": 10, "peak_bytes": {"setup": 5, "timing": 7}, "held_bytes": {"timing": 0}}
     out = candidate_memory(good, "cpu")
@@ -423,9 +423,9 @@ def test_phase_rides_on_the_next_request_but_never_a_timed_one():
 def test_memory_report_failures_are_contained(monkeypatch, answer, says):
     """A reply claiming a status or a violation, or none at all: the account is unavailable, with why; nothing is
     raised into the judge (the verdict is already decided when it asks), and the wait is bounded."""
-    from kforge_core.eval.harness import remote as remote_mod
+    from kforge_core.eval.harness import memory_account
 
-    monkeypatch.setattr(remote_mod, "MEMORY_REPORT_WAIT_S", 0.3)
+    monkeypatch.setattr(memory_account, "MEMORY_REPORT_WAIT_S", 0.3)
     remote, _, end = _fake_worker(lambda msg: answer)
     out = remote.memory_report()
     assert says in out["unavailable"], out

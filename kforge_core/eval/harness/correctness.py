@@ -2,7 +2,7 @@
 
 For every seed (at least 5), one seed at a time, with fresh random inputs:
 1. the candidate's copy of the inputs is made (a clone; for a candidate in its own process, written straight into
-   the arena it reads them from: `remote.candidate_copy`) and fingerprinted (in a process of its own, the
+   the arena it reads them from: `candidate_calls.candidate_copy`) and fingerprinted (in a process of its own, the
    candidate's process fingerprints the copy it reads there, on its device), then the reference runs on the
    originals (which are freed after); its outputs are held, not copied, until compared, then overwritten (NaN, or
    inverted bits for integers) before they are freed, so no freed memory holds the answer;
@@ -46,7 +46,8 @@ import torch
 from . import context, guards, launches, progress, watchdog
 from .compare import compare_outputs, fingerprint, flatten
 from .loading import tensor_bytes
-from .remote import candidate_copy, fresh_rng_seed, input_print, inputs_modified, poison_for_call, seed_for_call
+from .candidate_calls import (candidate_copy, fresh_rng_seed, input_print, inputs_modified, poison_for_call,
+                              seed_for_call)
 
 
 @dataclass

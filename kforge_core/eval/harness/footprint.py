@@ -13,7 +13,7 @@ device (torch.cuda.max_memory_reserved: allocated plus its cached free blocks, t
 that nvidia-smi shows besides the CUDA context); on the CPU the process's peak resident set (VmHWM, reset per phase
 through /proc/self/clear_refs where the kernel allows it). The judge keeps its own (`Phases`); the candidate's process
 keeps the same per phase (`harness.worker`, phases named by the judge's requests) and reports them when the judge
-asks, as its own account (`harness.remote.candidate_memory`: validated, labelled, never used for a verdict).
+asks, as its own account (`harness.memory_account.candidate_memory`: validated, labelled, never used for a verdict).
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import socket
 import statistics
 import time
@@ -28,11 +27,9 @@ import weakref
 import torch
 
 from ..cpu_probe import usable_cores
-from . import context, device_arena, launches, shared
-from .compare import fingerprint
+from . import context, device_arena, launches, memory_account, shared
 from .cpu_check import CpuWatch
 from .guards import GuardViolation
-from .loading import clone
 
 # The median reported duration must be at least this share of the judge's fastest bracket around a timed call
 # (less the channel's round trip), less REPORT_SLACK_MS. The fastest bracket, because a bracket only ever grows with
@@ -40,15 +37,9 @@ from .loading import clone
 # process may be descheduled between receiving a request and starting its clock; a forged report is off by more.
 REPORT_MIN_SHARE = 0.5
 REPORT_SLACK_MS = 0.1
-
-# The phases the candidate's process keeps its memory peaks for: its own set-up (the problem and one reference call,
-# before the judge's first request), then the judge's, named in the first request of each (`phase`). Requests that
-# never carry the field: the timed request and its fetch (their CPU time is the timed call's, cpu_check.py).
-CANDIDATE_PHASES = ("setup", "load", "correctness", "timing", "profiling")
+# Requests that never carry the judge's phase (`memory_account`): the timed request and its fetch (their CPU time
+# is the timed call's, cpu_check.py).
 UNMARKED_OPS = ("time", "fetch")
-MEMORY_FIELDS = ("peak_bytes", "peak_reserved_bytes", "held_bytes", "held_reserved_bytes")
-MAX_REPORTED_BYTES = 1 << 50  # 1 PiB: a count above it is not a measurement
-MEMORY_REPORT_WAIT_S = 5.0  # the judge's wait for the account after the verdict is decided
 
 
 class RemoteFailure(Exception):
@@ -204,14 +195,14 @@ class RemoteCandidate:
 
     def memory_report(self) -> dict:
         """The candidate's process's own account of its memory per phase, for the verdict's `memory` report (once
-        the verdict is decided: nothing here changes it). Validated and labelled (`candidate_memory`); where it
-        cannot be had (the process ended, did not answer within MEMORY_REPORT_WAIT_S, or the channel is out of
+        the verdict is decided: nothing here changes it). Validated and labelled (`memory_account.candidate_memory`); where it
+        cannot be had (the process ended, did not answer within its wait, or the channel is out of
         step), why."""
         if self._unanswered:
             return {"unavailable": "the candidate's process had not answered the judge's last request (it ended, "
                                    "or is still busy)"}
         try:
-            self.sock.settimeout(MEMORY_REPORT_WAIT_S)
+            self.sock.settimeout(memory_account.MEMORY_REPORT_WAIT_S)
             try:
                 reply = self._ask({"op": "memory"})
             finally:
@@ -222,7 +213,7 @@ class RemoteCandidate:
             return {"unavailable": f"the candidate's process did not report it: {type(e).__name__}"}
         arena = {"arena_bytes": self.arena.size, "arena": "device" if isinstance(self.arena, device_arena.DeviceArena)
                  else "host"} if self.arena is not None else {}
-        return {**candidate_memory(reply.get("memory"), self.device), **arena}
+        return {**memory_account.candidate_memory(reply.get("memory"), self.device), **arena}
 
     def train(self, mode: bool = True):
         return self
@@ -412,68 +403,11 @@ class RemoteCandidate:
         return self.cpu.judge() if self.cpu is not None else None
 
 
-REPORTED_BY = ("the candidate's process, as its own account: candidate code runs there and can change it, so it is "
-               "shown for diagnosis only and never used for the verdict")
-
-
-def _byte_count(v) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_REPORTED_BYTES else None
-
-
-def candidate_memory(raw, device) -> dict:
-    """The candidate's process's memory account (worker.op_memory) as the verdict shows it: only the judge's own
-    phase names and fields, each a byte count (a non-negative int below MAX_REPORTED_BYTES); anything else is
-    dropped and counted. The measure is named by the judge (the same kind of device as its own), not taken."""
-    cuda = torch.device(device).type == "cuda"
-    out = {"reported_by": REPORTED_BY,
-           "measure": ("torch.cuda.max_memory_allocated (peak_bytes) and max_memory_reserved (peak_reserved_bytes), "
-                       "reset per phase; held_*: at the phase's end" if cuda else
-                       "VmHWM (peak RSS) per phase, the shared arena's pages included once touched; held_bytes: RSS "
-                       "at the phase's end")}
-    if not isinstance(raw, dict):
-        return {**out, "unavailable": "no account in the reply" if raw is None else "a malformed account (ignored)"}
-    dropped = 0
-    start = _byte_count(raw.get("start_bytes"))
-    if start is not None:
-        out["start_bytes"] = start
-    elif "start_bytes" in raw:
-        dropped += 1
-    for name in MEMORY_FIELDS:
-        entries = raw.get(name)
-        if entries is None:
-            continue
-        if not isinstance(entries, dict):
-            dropped += 1
-            continue
-        kept = {p: _byte_count(entries.get(p)) for p in CANDIDATE_PHASES if p in entries}
-        dropped += sum(v is None for v in kept.values()) + sum(1 for k in entries if k not in CANDIDATE_PHASES)
-        kept = {p: v for p, v in kept.items() if v is not None}
-        if kept:
-            out[name] = kept
-    dropped += sum(1 for k in raw if k not in ("start_bytes", *MEMORY_FIELDS))
-    if dropped:
-        out["ignored"] = f"{min(dropped, 10 ** 6)} malformed or unknown entries ignored"
-    return out
-
-
 def _changed_flag(reply: dict) -> bool:
     flag = reply.get("inputs_changed", False)
     if not isinstance(flag, bool):
         raise RemoteFailure("rejected", "the candidate's process sent a malformed input check [rule no-patching]")
     return flag
-
-
-def input_print(model, inputs):
-    """What `inputs_modified` compares with after the call: nothing for a candidate in its own process (it checks
-    its own copy), the inputs' fingerprint otherwise."""
-    return None if isinstance(model, RemoteCandidate) else fingerprint(inputs)
-
-
-def inputs_modified(model, inputs, pristine) -> bool:
-    """Whether the candidate's last call left its inputs changed (`pristine`: `input_print` from before it)."""
-    if isinstance(model, RemoteCandidate):
-        return model.inputs_changed
-    return fingerprint(inputs) != pristine
 
 
 def _flat_tensors(out) -> list[torch.Tensor]:
@@ -496,38 +430,3 @@ def connect(request: dict, device: torch.device, name: str = "") -> RemoteCandid
     context.request = dict(request)
     cpu_fd = request.get(f"cpu_fd{suffix}")
     return RemoteCandidate(int(fd), device, int(cpu_fd) if cpu_fd is not None else None)
-
-
-def fresh_rng_seed() -> int:
-    """A seed for the random numbers a forward draws (Dropout...), drawn apart from the input seeds: a candidate
-    told it learns nothing about the inputs to come."""
-    return random.SystemRandom().getrandbits(62)
-
-
-def candidate_copy(model, inputs: list) -> list:
-    """The candidate's own copy of the inputs: for a candidate in its own process, written straight into the
-    arena it reads them from (`RemoteCandidate.stage`: the judge holds no second copy); otherwise a clone."""
-    if isinstance(model, RemoteCandidate):
-        staged = model.stage(inputs)
-        if staged is not None:
-            return staged
-    return clone(inputs)
-
-
-def poison_for_call(platform, model, sizes: list[int]) -> None:
-    """Fill fresh memory of these sizes with NaN and free it, in the process the candidate's next call runs in
-    (correctness.py, step 2): for a candidate in its own process that is there, right before its forward (the
-    judge's own memory is out of its reach, and poisoning it would only add to the judge's peak)."""
-    if isinstance(model, RemoteCandidate):
-        model.next_poison = list(sizes)
-    else:
-        platform.poison_allocations(sizes)
-
-
-def seed_for_call(platform, model, rng_seed: int) -> None:
-    """The same random numbers for the reference and the candidate (the policy for problems that draw random
-    numbers): this process's generators, and for a candidate in its own process the seed its next call starts
-    from."""
-    platform.seed(rng_seed)
-    if isinstance(model, RemoteCandidate):
-        model.next_rng_seed = rng_seed

@@ -29,7 +29,7 @@ import torch
 from . import launches, progress
 from .compare import fingerprint
 from .loading import clone
-from .remote import fresh_rng_seed, seed_for_call
+from .candidate_calls import fresh_rng_seed, seed_for_call
 
 
 @dataclass

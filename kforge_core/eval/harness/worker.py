@@ -12,7 +12,7 @@ Memory: this process keeps its own peaks per phase (`footprint.Phases`): "setup"
 call, before the judge's first request), then the phase the judge names in a request's `phase` field (the first
 request of each of its phases carries it; never a timed request or its fetch), and reports them when asked
 (`memory`). Candidate code runs here, so the judge labels them as this process's own account and decides nothing
-from them (`remote.candidate_memory`).
+from them (`memory_account.candidate_memory`).
 """
 
 from __future__ import annotations
