@@ -57,4 +57,3 @@ def cuda_launch_lines(plan: KernelPlan, names: dict, signature, ks: KernelSchedu
     smem = ", shared_mem=smem" if ks.copy else ""
     call_line = f"self.kf_mod.{plan.name}(grid=(grid,), block={block}, args=({', '.join(call)},){smem})"
     return emit.Launch(lines, outs, [call_line])
-
