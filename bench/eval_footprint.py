@@ -163,8 +163,8 @@ def main() -> int:
               f"{k} {v / MiB:.0f}" for k, v in (tiny_cand.get("peak_bytes") or {}).items()) if tiny_cand else ""))
     rows = []
     print("| # | status | inputs MiB | params MiB | outputs MiB | live MiB | phase | peak MiB | peak - 8x8 MiB | "
-          "(peak - 8x8) / live |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "(peak - 8x8) / live | reserved peak MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     worst = 0.0
     for run in range(1, args.runs + 1):
         v = evaluate(problem, candidate, args.target, options)
@@ -173,7 +173,7 @@ def main() -> int:
         sizes = mem.get("sizes") or {}
         live = mem.get("live_bytes") or 0
         if not live:
-            print(f"| {run} | {v.status} | - | - | - | - | - | - | - | - |  {v.reason[:300]}")
+            print(f"| {run} | {v.status} | - | - | - | - | - | - | - | - | - |  {v.reason[:300]}")
             continue
         for phase, peak in (mem.get("peak_bytes") or {}).items():
             grown = peak - fixed.get(phase, 0)
@@ -181,12 +181,16 @@ def main() -> int:
             worst = max(worst, ratio)
             print(f"| {run} | {v.status} | {sizes['inputs'] / MiB:.0f} | {sizes['params'] / MiB:.0f} | "
                   f"{sizes['outputs'] / MiB:.0f} | {live / MiB:.0f} | {phase} | {peak / MiB:.0f} | {grown / MiB:.0f} | "
-                  f"{ratio:.2f} |")
+                  f"{ratio:.2f} | {_mib((mem.get('peak_reserved_bytes') or {}).get(phase))} |")
         if v.status != "correct":
             print(f"  ({v.status}: {v.reason[:300]})")
     print(f"measure: {(v.memory or {}).get('measure', '-')}; worst peak / live {worst:.2f} (goal <= 3)")
     _candidate_table(rows, tiny_cand)
     return 0
+
+
+def _mib(n) -> str:
+    return "-" if n is None else f"{n / MiB:.0f}"
 
 
 def _candidate_table(rows, tiny: dict) -> None:

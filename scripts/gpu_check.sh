@@ -204,14 +204,14 @@ kernelbench() {  # issue 26: the built-in agent over KernelBench's level 1 and 2
   # .kb/), every GPU of the host one worker each, stopped inside the call's limit; resumable: copy the returned
   # kb_cuda/progress.jsonl into bench/out/kb_cuda/ here and name that folder in the next call's carry
   echo "== KernelBench, built-in agent, CUDA"
-  local folder="$PWD/bench/out/kb_cuda"
+  local folder="$PWD/bench/out/${KB_OUT:-kb_cuda}"  # KB_OUT: another folder (another suite's resume state)
   mkdir -p "$folder"
   "$PY" -m kforge_core bench --suite "${KB_SUITE:-$PWD/.kb}" --target cuda --agent builtin --out "$folder" \
     --db "$folder/runs.db" --time-limit "${KB_TIME_LIMIT:-480}" --problem-time-limit "${KB_PROBLEM_LIMIT:-240}" \
     "$@" 2>&1 | grep -v -E "WARNING|INFO" | tee -a "$OUT/kernelbench.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
   for f in progress.jsonl results.json results.csv report.html runs.db; do  # runs.db: each run's events, timed
-    [ -f "$folder/$f" ] && install -D -m 644 "$folder/$f" "$OUT/kb_cuda/$f"
+    [ -f "$folder/$f" ] && install -D -m 644 "$folder/$f" "$OUT/${KB_OUT:-kb_cuda}/$f"
   done
 }
 

@@ -49,6 +49,7 @@ def main() -> None:
     scrub_sys_path(workdir)
     platform = get_platform(start["target"])
     platform.prepare_child()
+    footprint.hold_long_lived(platform)
     timer = platform.make_timer()
     try:
         _write({"stage": "loading the problem"})

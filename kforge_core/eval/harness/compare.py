@@ -277,6 +277,14 @@ def _weights_on(device: torch.device) -> tuple[torch.Tensor, int]:
     return _weights[device]
 
 
+def hold_weights(device: torch.device) -> None:
+    """The fingerprint's weights on this device, made now (`footprint.hold_long_lived`)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:  # the key a tensor's own device gives (cuda:N)
+        device = torch.device("cuda", torch.cuda.current_device())
+    _weights_on(device)
+
+
 def _tensor_fingerprint(t: torch.Tensor) -> tuple:
     flat = t.detach().reshape(-1)
     if flat.is_complex():

@@ -185,6 +185,20 @@ def release(platform) -> None:
             _MALLOC_TRIM(0)
 
 
+def hold_long_lived(platform) -> None:
+    """Make the buffers a process keeps for its whole life (the fingerprint's weights, the cache-flush buffer) before
+    anything of the problem's size exists. Made later, each took its tens of MiB from a split of a freed
+    problem-sized block of CUDA's caching allocator, and that block, pinned by them, could then neither hold the next
+    tensor of its size (a new one was reserved) nor be given back by `release`: gigabytes a process at KernelBench's
+    sizes."""
+    if platform.device_type != "cuda" or not torch.cuda.is_available():
+        return
+    from .compare import hold_weights
+
+    hold_weights(platform.device())
+    platform.flush_cache()
+
+
 class Phases:
     """The peak of each phase of the evaluation, for the verdict's `memory` report and bench/eval_footprint.py.
     `held`: also what the process still held when each phase ended (what the next phase started with: on CUDA

@@ -63,6 +63,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
     progress.stage("loading the problem", pid=os.getpid())  # the process a cancel kills (with its group)
     memory = footprint.Phases(platform)
     memory.enter("reference checks")
+    footprint.hold_long_lived(platform)
     module, init, ref_model, make_inputs = _load_reference(request, workdir, platform)
     policy = get_policy(request.get("tolerance", "default"))
     ref_warnings, problem_info, draws_random = _reference_checks(ref_model, make_inputs, platform, policy, memory)

@@ -59,6 +59,7 @@ class _Worker:
                 torch.cuda.init()  # the memory counts are the device's from the start (the reference runs there)
             self.memory = footprint.Phases(self.platform, held=True)
             self.memory.enter("setup")
+            footprint.hold_long_lived(self.platform)
         self.timer = self.platform.make_timer()  # binds the clock now, before any problem or candidate code exists
         self.state = guards.snapshot_state(registrations=False)
         guards.install()
@@ -72,11 +73,15 @@ class _Worker:
             with torch.no_grad():
                 guards.record_ops(lambda: self.ref_model(*inputs), set())
             self.platform.synchronize()
+            inputs = None  # (the release below gives its memory back)
             self.problem_error = None
         except ProblemFailure as e:
             self.problem_error = str(e)
         except Exception as e:  # noqa: BLE001 - the judge runs the same reference and reports its failure itself
             self.problem_error = f"the reference Model raised {type(e).__name__}: {str(e)[:300]}"
+        # that call's inputs and output, cached, go back to the device while the judge makes its own references
+        with guards.trusted():
+            footprint.release(self.platform)
 
     def serve(self) -> None:
         while True:
@@ -106,12 +111,16 @@ class _Worker:
             send(self.sock, reply)
 
     def _enter_phase(self, name) -> None:
-        """The judge's phase begins with this request: the last phase's peaks are kept, the counters reset. Never
-        fails a request (the account is a diagnosis, not part of the evaluation)."""
+        """The judge's phase begins with this request: the last phase's peaks are kept, the cached memory the last
+        phase left is given back (correctness's poisoned blocks: a problem-sized tensor beside the timing phase's
+        inputs and output, which the other processes need at KernelBench's sizes), the counters reset. Never fails a
+        request (the account is a diagnosis, not part of the evaluation)."""
         if self.memory is None or not isinstance(name, str) or not 0 < len(name) <= 40 or name == self.memory.name:
             return
         try:
             with guards.trusted():
+                self.memory.leave()
+                footprint.release(self.platform)
                 self.memory.enter(name)
         except Exception:  # noqa: BLE001 - the counters are torch's and /proc's; a failure only loses the account
             pass
