@@ -1,7 +1,7 @@
 """A synthesized CUDA candidate's column kernels run on the CPU, for tests on machines without a GPU: the kernel text
 as written, compiled by g++ with a few stand-ins (a thread a CUDA thread, a block's threads started together and
-its __syncthreads a std::barrier, blocks one after another so `__shared__` may be a static), launched through the
-candidate's own Python launch code (`candidate`: its `compile_cuda` replaced, the device properties given).
+its __syncthreads a std::barrier, blocks one after another so `__shared__` may be a static and `extern __shared__`
+the launch's shared_mem bytes), launched through the candidate's own Python launch code (`candidate`: its `compile_cuda` replaced, the device properties given).
 
 Only what the column kernels use is stood in for; a kernel reading other CUDA built-ins does not compile here."""
 
@@ -33,6 +33,7 @@ struct kf_dim3 { unsigned int x = 1, y = 1, z = 1; };
 static thread_local kf_dim3 threadIdx;
 static kf_dim3 blockIdx, blockDim, gridDim;
 static std::barrier<>* kf_bar;
+static void* kf_dynamic_smem;  // the launch's shared_mem bytes, for `extern __shared__` arrays
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -48,7 +49,8 @@ static inline float kf_tanh(float v) { return std::tanh(v); }
 """
 
 _LAUNCH = r"""
-extern "C" void {name}_run(void** args, unsigned int gx, unsigned int bx, unsigned int by) {{
+extern "C" void {name}_run(void** args, unsigned int gx, unsigned int bx, unsigned int by, void* smem) {{
+    kf_dynamic_smem = smem;
     blockDim = {{bx, by, 1}};
     gridDim = {{gx, 1, 1}};
     for (unsigned int b = 0; b < gx; ++b) {{
@@ -89,6 +91,7 @@ class EmulatedModule:
             call = ", ".join(f"*({p.rsplit(' ', 1)[0].replace('__restrict__', '').strip()}*)args[{i}]"
                              for i, p in enumerate(params))
             runs.append(_LAUNCH.format(name=name, call=call))
+        text = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = (\1*)kf_dynamic_smem;", text)
         source = _HARNESS + text + "".join(runs)
         key = hashlib.sha256(source.encode()).hexdigest()[:16]
         cpp, lib = workdir / f"cols_{key}.cpp", workdir / f"cols_{key}.so"
@@ -105,7 +108,7 @@ class EmulatedModule:
             raise AttributeError(name)
         fn = getattr(self._lib, f"{name}_run")
 
-        def launch(grid, block, args):
+        def launch(grid, block, args, shared_mem=0):
             block = tuple(block) + (1,) * (3 - len(block))
             assert block[2] == 1 and len(args) == len(self._params[name])
             slots = []
@@ -118,7 +121,8 @@ class EmulatedModule:
                 else:
                     slots.append(ctypes.c_longlong(int(a)))
             argv = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
-            fn(argv, ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), ctypes.c_uint(block[1]))
+            smem = (ctypes.c_double * max(1, -(-shared_mem // 8)))()  # zeroed, 8-byte aligned
+            fn(argv, ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), ctypes.c_uint(block[1]), smem)
 
         return launch
 

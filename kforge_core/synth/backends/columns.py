@@ -191,10 +191,17 @@ def cuda_launch(col: ColOp, names: dict) -> list[str]:
         return launch_lines(col, names, "\n".join([
             "kf_k = kf_col_split(O * I, R, self.kf_sms)",
             f"self.kf_mod.{col.kname}(grid=(max(1, min((O * I + {c - 1}) // {c}, {2**31 - 1})),), "
-            f"block=({c}, kf_k), args=(xc, out, {row_args(col)}O, R, I, sO, sR, sI))"]))
+            f"block=({c}, kf_k), args=(xc, out, {row_args(col)}O, R, I, sO, sR, sI), "
+            f"shared_mem={_shared_bytes(col)} * kf_k if kf_k > 1 else 0)"]))
     return launch_lines(col, names, f"self.kf_mod.{col.kname}(grid=(max(1, min((O * I + 255) // 256, "
                                     f"self.kf_sms * 16)),), block=(256,), args=(xc, out, {row_args(col)}O, R, I, sO, "
                                     "sR, sI))")
+
+
+def _shared_bytes(col: ColOp) -> int:
+    """Dynamic shared memory a `SPLIT_KINDS` kernel's block needs per thread a column (times k): an 8-byte slot per
+    column per state value for the partials."""
+    return 8 * SPLIT_COLS * len(_base_program(col, gpu=True)["state"])
 
 
 # ----------------------------------------------------------------------------------------------- kernel bodies
@@ -425,19 +432,24 @@ def _cuda_split_column(col: ColOp) -> list[str]:
     (`kf_col_split`); thread y folds in rows y, y + k, ... in order, UNROLL of them loaded before any is folded in,
     then thread 0 of each column combines the k partials from shared memory, in thread order."""
     prog = _program(col, gpu=True)
-    (step,), u, n = prog["passes"], UNROLL, SPLIT_COLS * 8
+    (step,), u = prog["passes"], UNROLL
     body, loads = _expand(step, False), _loads(col)
     at_r = "const long long r = kf_r + u * kf_k; " if re.search(r"\br\b", body + loads) else ""
+    state = prog["state"]
     partials = " ".join(f"const {ctype} kf_p_{name} = kf_sh_{name}[kf_j * blockDim.x + threadIdx.x];"
-                        for ctype, name, _ in prog["state"])
+                        for ctype, name, _ in state)
+    # the partials live in the launch's dynamic shared memory (`_shared_bytes`), a slot of 8 bytes per thread per
+    # state value: none for k = 1, so a thread owning its column costs no shared memory and blocks stay resident
+    slots = [f"{ctype}* kf_sh_{name} = ({ctype}*)(kf_colsh + {j} * blockDim.x * blockDim.y);"
+             for j, (ctype, name, _) in enumerate(state)]
     combine = re.sub(r"P\((\w+)\)", r"kf_p_\1", _expand(prog["combine"], False))
     return ([f"// {col.label}: column reduction ({col.kind}), a column shared by blockDim.y threads (coalesced over i), "
              "their partials combined in a fixed order",
              f'extern "C" __global__ void {col.kname}(const float* __restrict__ x, {_out_t(col, True)}* '
              f"__restrict__ out, {_rows(col, ' __restrict__')}long long O, long long R, long long I, long long sO, "
              "long long sR, long long sI) {"]
-            + [f"    __shared__ {ctype} kf_sh_{name}[{n}];" for ctype, name, _ in prog["state"]]
-            + ["    const long long kf_k = blockDim.y;  // this thread's rows: threadIdx.y, threadIdx.y + kf_k, ...",
+            + ["    extern __shared__ double kf_colsh[];",
+               "    const long long kf_k = blockDim.y;  // this thread's rows: threadIdx.y, threadIdx.y + kf_k, ...",
                # every thread of the block runs every round (it takes part in the combine's barriers)
                "    for (long long kf_c = blockIdx.x * (long long)blockDim.x; kf_c < O * I; "
                "kf_c += (long long)gridDim.x * blockDim.x) {",
@@ -445,7 +457,7 @@ def _cuda_split_column(col: ColOp) -> list[str]:
                "        const bool kf_live = t < O * I;",
                "        const long long o = kf_live ? t / I : 0, i = kf_live ? t - o * I : 0;",
                "        const float* xo = x + o * sO + i * sI;"]
-            + [f"        {ctype} {name} = {init};" for ctype, name, init in prog["state"]]
+            + [f"        {ctype} {name} = {init};" for ctype, name, init in state]
             + ["        if (kf_live) {",
                "            long long kf_r = threadIdx.y;",
                f"            for (; kf_r + {u - 1} * kf_k < R; kf_r += {u} * kf_k) {{",
@@ -460,8 +472,9 @@ def _cuda_split_column(col: ColOp) -> list[str]:
                f"{c_read(col, 'xo[r * sR]')}; {body} }}",
                "        }",
                "        if (kf_k > 1) {",
+               "            " + " ".join(slots),
                "            const unsigned int kf_me = threadIdx.y * blockDim.x + threadIdx.x;",
-               "            " + " ".join(f"kf_sh_{name}[kf_me] = {name};" for _, name, _ in prog["state"]),
+               "            " + " ".join(f"kf_sh_{name}[kf_me] = {name};" for _, name, _ in state),
                "            __syncthreads();",
                "            if (threadIdx.y == 0) {",
                f"                for (unsigned int kf_j = 1; kf_j < kf_k; ++kf_j) {{ {partials} {combine} }}",
