@@ -22,6 +22,7 @@ import torch
 from tests.nvrtc_only import kernel_source
 
 HAVE_GPP = shutil.which("g++") is not None
+_BOUNDS = r"(?:__launch_bounds__\([^)]*\) )?"  # a kernel's launch bounds, between `void` and its name
 
 _HARNESS = r"""
 #include <algorithm>
@@ -37,6 +38,7 @@ static void* kf_dynamic_smem;  // the launch's shared_mem bytes, for `extern __s
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__ static
 #define __syncthreads() kf_bar->arrive_and_wait()
@@ -75,7 +77,7 @@ def column_kernels(program: str) -> str:
 
 def _params(text: str, name: str) -> list[str]:
     """The parameter declarations of kernel `name`."""
-    m = re.search(rf'extern "C" __global__ void {name}\(([^)]*)\)', text)
+    m = re.search(rf'extern "C" __global__ void {_BOUNDS}{name}\(([^)]*)\)', text)
     return [p.strip() for p in m.group(1).split(",")]
 
 
@@ -84,7 +86,7 @@ class EmulatedModule:
     `mod.<name>(grid=(g,), block=(bx, by), args=(...))`, tensors (CPU) passed by address, sizes as long long."""
 
     def __init__(self, text: str, workdir: Path):
-        names = re.findall(r'extern "C" __global__ void (\w+)\(', text)
+        names = re.findall(rf'extern "C" __global__ void {_BOUNDS}(\w+)\(', text)
         runs = []
         for name in names:
             params = _params(text, name)

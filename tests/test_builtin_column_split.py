@@ -70,10 +70,11 @@ def test_reductions_share_columns_and_keep_loads_in_flight(op, sched):
     # the partials folded in thread order by thread 0 of the column
     assert "for (unsigned int kf_j = 1; kf_j < kf_k; ++kf_j) {" in src
     assert "kf_k = kf_col_split(O * I, R, self.kf_sms)" in program
-    assert "grid=(max(1, min((O * I + 63) // 64, 2147483647)),), block=(64, kf_k)" in program
+    assert "grid=(max(1, min((O * I + 127) // 128, 2147483647)),), block=(128, kf_k)" in program
+    assert "__launch_bounds__(1024, 2) kf_c0(" in src  # 128 columns by up to 8 threads, 32 registers
     # partials in dynamic shared memory, 8 bytes a thread a state value, none when a thread owns its column
     nstate = 2 if "arg" in op else 1
-    assert f"shared_mem={512 * nstate} * kf_k if kf_k > 1 else 0)" in program
+    assert f"shared_mem={1024 * nstate} * kf_k if kf_k > 1 else 0)" in program
     assert "extern __shared__ double kf_colsh[];" in src
     if "arg" in op:  # int64 indices, partials compared as (value, index) pairs
         assert "long long* __restrict__ out" in src
@@ -182,7 +183,7 @@ def test_any_threads_a_column_and_grid_rounds_match_pytorch(emulated, op, R, k):
     want = _reference(op, x)
     out = torch.empty(want.numel(), dtype=want.dtype)
     nstate = 2 if "arg" in op else 1
-    mod.kf_c0(grid=(1,), block=(64, k), args=(x, out, 3, R, 45, R * 45, 45, 1), shared_mem=8 * nstate * 64 * k)
+    mod.kf_c0(grid=(1,), block=(128, k), args=(x, out, 3, R, 45, R * 45, 45, 1), shared_mem=8 * nstate * 128 * k)
     _check(op, out.view(want.shape), x)
 
 

@@ -6,12 +6,13 @@ One lane owns output column (o, i) and walks r with stride sR: on the CPU a task
 consecutive i), each pass over r an inner loop over the chunk that the compiler vectorizes (contiguous when sI is
 1); on the GPU one thread a column, consecutive threads on consecutive i (coalesced). The GPU's reductions to one
 value a column (sum, mean, max, min, argmax, argmin: `SPLIT_KINDS`) share each column among k threads instead
-(`kf_col_split`, chosen at launch: up to 8 unless the columns alone fill the GPU many times over): a block is 64
+(`kf_col_split`, chosen at launch: up to 8 unless the columns alone fill the GPU many times over): a block is 128
 columns by k threads, thread y reading rows y, y + k, y + 2k, ... four loads ahead, and the k partials are combined
 through shared memory in a fixed order, so a result is the same bits on every run (argmax / argmin compare (value,
 index) pairs: the first index of the extreme, the first NaN). At KernelBench's (128, 4096, 4095) over dim 1 a block
-then reads 8 consecutive rows of its 64 columns at a time; a thread walking its column alone ran slower than eager
-(0.86x a sum on an H100), and so did each thread taking one contiguous segment of the rows. Row scans (I == 1, a
+then reads 8 consecutive rows of its 128 columns at a time; a thread walking its column alone ran slower than eager
+(0.86x a sum on an H100), and so did each thread taking one contiguous segment of the rows, and blocks 64 or 32
+columns wide. Row scans (I == 1, a
 scan along the last dim) run one row a lane on the CPU and one row a warp on the GPU (a shuffle scan of 32 elements
 at a time with a carry). `bnstats` (BatchNorm's per-channel mean and biased variance over (N, S) of x viewed as
 (N, C, S)) runs one channel a task on the CPU, two passes (the mean, then squared deviations from it) with double
@@ -36,8 +37,10 @@ from ..schedule import Schedule
 # the kinds whose CUDA kernel reduces each column to one value: its rows may be shared among threads (`kf_col_split`)
 SPLIT_KINDS = ("reduce", "argmax", "argmin")
 # a CUDA column reduction's block: SPLIT_COLS consecutive columns by k threads; each thread reads UNROLL of its rows
-# before folding them in, in order (4 measured faster than 8 on an H200: fewer registers, more blocks resident)
-SPLIT_COLS = 64
+# before folding them in, in order. Sums at KernelBench's size on an H100 (eager 3.03-3.06 ms): 128 x 8 3.02 ms,
+# 128 x 4 3.04, 64 x 8 3.12-3.13, 32 x 16 3.31; 4 loads ahead faster than 8 on an H200 (2.00 vs 2.17 ms), 2 no
+# faster on an H100
+SPLIT_COLS = 128
 UNROLL = 4
 
 # ColOp output as the launch allocates it, per kind
@@ -77,7 +80,7 @@ def kf_col_view(t, lo, hi):
 
 
 def kf_col_split(cols, R, sms):
-    """Threads k sharing each of a CUDA column reduction's `cols` columns of R rows (its block is 64 columns by k):
+    """Threads k sharing each of a CUDA column reduction's `cols` columns of R rows (its block is 128 columns by k):
     doubled, up to 8, while the threads are fewer than 16 rounds of the GPU's resident ones (2048 an SM) and each
     keeps at least 16 rows; 1 when the columns alone fill the GPU that often, or are short."""
     k = 1
@@ -445,9 +448,12 @@ def _cuda_split_column(col: ColOp) -> list[str]:
     combine = re.sub(r"P\((\w+)\)", r"kf_p_\1", _expand(prog["combine"], False))
     return ([f"// {col.label}: column reduction ({col.kind}), a column shared by blockDim.y threads (coalesced over i), "
              "their partials combined in a fixed order",
-             f'extern "C" __global__ void {col.kname}(const float* __restrict__ x, {_out_t(col, True)}* '
-             f"__restrict__ out, {_rows(col, ' __restrict__')}long long O, long long R, long long I, long long sO, "
-             "long long sR, long long sI) {"]
+             # up to SPLIT_COLS * 8 threads a block, two blocks an SM: at most 32 registers a thread, so the largest
+             # block launches and the SM stays full (128 x 8 sums at KernelBench's size on an H100 took 3.79 ms with
+             # the bound at one block an SM, the compiler's registers leaving half the SM idle, 3.02 ms with 32)
+             f'extern "C" __global__ void __launch_bounds__({SPLIT_COLS * 8}, 2) {col.kname}('
+             f"const float* __restrict__ x, {_out_t(col, True)}* __restrict__ out, {_rows(col, ' __restrict__')}"
+             "long long O, long long R, long long I, long long sO, long long sR, long long sI) {"]
             + ["    extern __shared__ double kf_colsh[];",
                "    const long long kf_k = blockDim.y;  // this thread's rows: threadIdx.y, threadIdx.y + kf_k, ...",
                # every thread of the block runs every round (it takes part in the combine's barriers)
