@@ -4,20 +4,11 @@ every writer's column launches share.
 The input is viewed as (O, R, I) with its own strides (`kf_col_view`: no copy where each block of dims is linear).
 One lane owns output column (o, i) and walks r with stride sR: on the CPU a task is (o, a chunk of up to 256
 consecutive i), each pass over r an inner loop over the chunk that the compiler vectorizes (contiguous when sI is
-1); on the GPU one thread a column, consecutive threads on consecutive i (coalesced). The GPU's reductions to one
-value a column (sum, mean, max, min, argmax, argmin: `SPLIT_KINDS`) share each column among k threads instead
-(`kf_col_split`, chosen at launch: up to 8 unless the columns alone fill the GPU many times over): a block is 128
-columns by k threads, thread y reading rows y, y + k, y + 2k, ... four loads ahead, and the k partials are combined
-through shared memory in a fixed order, so a result is the same bits on every run (argmax / argmin compare (value,
-index) pairs: the first index of the extreme, the first NaN). At KernelBench's (128, 4096, 4095) over dim 1 a block
-then reads 8 consecutive rows of its 128 columns at a time; a thread walking its column alone ran slower than eager
-(0.86x a sum on an H100), and so did each thread taking one contiguous segment of the rows, and blocks 64 or 32
-columns wide. Row scans (I == 1, a
-scan along the last dim) run one row a lane on the CPU and one row a warp on the GPU (a shuffle scan of 32 elements
-at a time with a carry). `bnstats` (BatchNorm's per-channel mean and biased variance over (N, S) of x viewed as
-(N, C, S)) runs one channel a task on the CPU, two passes (the mean, then squared deviations from it) with double
-accumulators; on the GPU, `cuda.bnstats` (a block a channel as on the CPU, or a few long channels split over
-several blocks each).
+1); on the GPU one thread a column, consecutive threads on consecutive i (coalesced), except the reductions to one
+value (`SPLIT_KINDS`: k threads a column, `cuda.colsplit`). Row scans (I == 1, along the last dim) run one row a
+lane on the CPU and one row a warp on the GPU (a shuffle scan of 32 elements at a time with a carry). `bnstats`
+(BatchNorm's per-channel mean and biased variance of x viewed as (N, C, S)): one channel a task on the CPU, two
+passes with double accumulators; on the GPU, `cuda.bnstats` (a block a channel, or a few long ones split).
 
 Sums and the softmax denominators accumulate in double, as the row kernels do; cumprod accumulates as PyTorch does
 on the device (double on the CPU, float on the GPU), so overflow and underflow happen where PyTorch's do.
@@ -36,12 +27,6 @@ from ..schedule import Schedule
 
 # the kinds whose CUDA kernel reduces each column to one value: its rows may be shared among threads (`kf_col_split`)
 SPLIT_KINDS = ("reduce", "argmax", "argmin")
-# a CUDA column reduction's block: SPLIT_COLS consecutive columns by k threads; each thread reads UNROLL of its rows
-# before folding them in, in order. Sums at KernelBench's size on an H100 (eager 3.03-3.06 ms): 128 x 8 3.02 ms,
-# 128 x 4 3.04, 64 x 8 3.12-3.13, 32 x 16 3.31; 4 loads ahead faster than 8 on an H200 (2.00 vs 2.17 ms), 2 no
-# faster on an H100
-SPLIT_COLS = 128
-UNROLL = 4
 
 # ColOp output as the launch allocates it, per kind
 COL_HELPERS = '''
@@ -190,21 +175,17 @@ def cuda_launch(col: ColOp, names: dict) -> list[str]:
             f"    self.kf_mod.{col.kname}(grid=(max(1, min((O * I + 255) // 256, self.kf_sms * 16)),), "
             f"block=(256,), args=(xc, out, {row_args(col)}O, R, I, sO, sR, sI))"]))
     if col.kind in SPLIT_KINDS:  # SPLIT_COLS columns by k threads a block (`kf_col_split`), a block a tile of columns
+        from .cuda.colsplit import SPLIT_COLS, shared_bytes
+
         c = SPLIT_COLS
         return launch_lines(col, names, "\n".join([
             "kf_k = kf_col_split(O * I, R, self.kf_sms)",
             f"self.kf_mod.{col.kname}(grid=(max(1, min((O * I + {c - 1}) // {c}, {2**31 - 1})),), "
             f"block=({c}, kf_k), args=(xc, out, {row_args(col)}O, R, I, sO, sR, sI), "
-            f"shared_mem={_shared_bytes(col)} * kf_k if kf_k > 1 else 0)"]))
+            f"shared_mem={shared_bytes(col)} * kf_k if kf_k > 1 else 0)"]))
     return launch_lines(col, names, f"self.kf_mod.{col.kname}(grid=(max(1, min((O * I + 255) // 256, "
                                     f"self.kf_sms * 16)),), block=(256,), args=(xc, out, {row_args(col)}O, R, I, sO, "
                                     "sR, sI))")
-
-
-def _shared_bytes(col: ColOp) -> int:
-    """Dynamic shared memory a `SPLIT_KINDS` kernel's block needs per thread a column (times k): an 8-byte slot per
-    column per state value for the partials."""
-    return 8 * SPLIT_COLS * len(_base_program(col, gpu=True)["state"])
 
 
 # ----------------------------------------------------------------------------------------------- kernel bodies
@@ -430,67 +411,6 @@ def _cuda_column(col: ColOp) -> list[str]:
     return lines
 
 
-def _cuda_split_column(col: ColOp) -> list[str]:
-    """A column reduction (`SPLIT_KINDS`): blocks of SPLIT_COLS consecutive columns by k = blockDim.y threads
-    (`kf_col_split`); thread y folds in rows y, y + k, ... in order, UNROLL of them loaded before any is folded in,
-    then thread 0 of each column combines the k partials from shared memory, in thread order."""
-    prog = _program(col, gpu=True)
-    (step,), u = prog["passes"], UNROLL
-    body, loads = _expand(step, False), _loads(col)
-    at_r = "const long long r = kf_r + u * kf_k; " if re.search(r"\br\b", body + loads) else ""
-    state = prog["state"]
-    partials = " ".join(f"const {ctype} kf_p_{name} = kf_sh_{name}[kf_j * blockDim.x + threadIdx.x];"
-                        for ctype, name, _ in state)
-    # the partials live in the launch's dynamic shared memory (`_shared_bytes`), a slot of 8 bytes per thread per
-    # state value: none for k = 1, so a thread owning its column costs no shared memory and blocks stay resident
-    slots = [f"{ctype}* kf_sh_{name} = ({ctype}*)(kf_colsh + {j} * blockDim.x * blockDim.y);"
-             for j, (ctype, name, _) in enumerate(state)]
-    combine = re.sub(r"P\((\w+)\)", r"kf_p_\1", _expand(prog["combine"], False))
-    return ([f"// {col.label}: column reduction ({col.kind}), a column shared by blockDim.y threads (coalesced over i), "
-             "their partials combined in a fixed order",
-             # up to SPLIT_COLS * 8 threads a block, two blocks an SM: at most 32 registers a thread, so the largest
-             # block launches and the SM stays full (128 x 8 sums at KernelBench's size on an H100 took 3.79 ms with
-             # the bound at one block an SM, the compiler's registers leaving half the SM idle, 3.02 ms with 32)
-             f'extern "C" __global__ void __launch_bounds__({SPLIT_COLS * 8}, 2) {col.kname}('
-             f"const float* __restrict__ x, {_out_t(col, True)}* __restrict__ out, {_rows(col, ' __restrict__')}"
-             "long long O, long long R, long long I, long long sO, long long sR, long long sI) {"]
-            + ["    extern __shared__ double kf_colsh[];",
-               "    const long long kf_k = blockDim.y;  // this thread's rows: threadIdx.y, threadIdx.y + kf_k, ...",
-               # every thread of the block runs every round (it takes part in the combine's barriers)
-               "    for (long long kf_c = blockIdx.x * (long long)blockDim.x; kf_c < O * I; "
-               "kf_c += (long long)gridDim.x * blockDim.x) {",
-               "        const long long t = kf_c + threadIdx.x;",
-               "        const bool kf_live = t < O * I;",
-               "        const long long o = kf_live ? t / I : 0, i = kf_live ? t - o * I : 0;",
-               "        const float* xo = x + o * sO + i * sI;"]
-            + [f"        {ctype} {name} = {init};" for ctype, name, init in state]
-            + ["        if (kf_live) {",
-               "            long long kf_r = threadIdx.y;",
-               f"            for (; kf_r + {u - 1} * kf_k < R; kf_r += {u} * kf_k) {{",
-               f"                float kf_v[{u}];",
-               "                #pragma unroll",
-               f"                for (int u = 0; u < {u}; ++u) kf_v[u] = xo[(kf_r + u * kf_k) * sR];",
-               "                #pragma unroll",
-               f"                for (int u = 0; u < {u}; ++u) {{ {at_r}{loads}const float v = "
-               f"{c_read(col, 'kf_v[u]')}; {body} }}",
-               "            }",
-               f"            for (long long r = kf_r; r < R; r += kf_k) {{ {loads}const float v = "
-               f"{c_read(col, 'xo[r * sR]')}; {body} }}",
-               "        }",
-               "        if (kf_k > 1) {",
-               "            " + " ".join(slots),
-               "            const unsigned int kf_me = threadIdx.y * blockDim.x + threadIdx.x;",
-               "            " + " ".join(f"kf_sh_{name}[kf_me] = {name};" for _, name, _ in state),
-               "            __syncthreads();",
-               "            if (threadIdx.y == 0) {",
-               f"                for (unsigned int kf_j = 1; kf_j < kf_k; ++kf_j) {{ {partials} {combine} }}",
-               "            }",
-               "            __syncthreads();  // the block's next round writes its partials again",
-               "        }",
-               "        if (kf_live && threadIdx.y == 0) " + _expand(prog["final"], False).replace("OUT", "out[t]"),
-               "    }", "}"])
-
-
 def _cuda_row_scan(col: ColOp) -> list[str]:
     ident, sym = ("0.0f", "+") if col.op == "sum" else ("1.0f", "*")
     r = "R - 1 - (r0 + lane)" if col.reverse else "r0 + lane"
@@ -520,9 +440,11 @@ def cuda_source(cols: list[ColOp]) -> str:
     """The CUDA of the column kernels (after the CUDA prelude: kf_exp, kf_log)."""
     if not cols:
         return ""
+    from .cuda.colsplit import cuda_split_column  # it builds on this module's per-column programs
+
     parts = ["__device__ __forceinline__ bool kf_isinf(float v) { return isinf(v); }"]
     for col in cols:
         write = {"bnstats": cuda_bnstats, "pool": pool_kernels.cuda_pool}.get(
-            col.kind, _cuda_split_column if col.kind in SPLIT_KINDS else _cuda_column)
+            col.kind, cuda_split_column if col.kind in SPLIT_KINDS else _cuda_column)
         parts.append("\n".join(c_functions(col, "__device__ __forceinline__") + write(col)))
     return "\n".join(parts) + "\n"
