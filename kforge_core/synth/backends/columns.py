@@ -16,12 +16,12 @@ on the device (double on the CPU, float on the GPU), so overflow and underflow h
 
 from __future__ import annotations
 
-import re
-
 from ...pyast import parse_ast
 from . import pool_kernels
 from .cuda.bnstats import bnstats_call, cuda_bnstats
-from .col_chains import c_functions, c_post, c_read, c_row_loads, c_row_params, c_stores, row_args, row_arrays
+from .cuda.colsplit import SPLIT_COLS, cuda_split_column, shared_bytes
+from .col_programs import expand, out_type, program, r_loop_head, row_loads, row_params
+from .col_chains import c_functions, c_post, c_read, c_row_loads, row_args, row_arrays
 from ..lower.colops import ColOp
 from ..schedule import Schedule
 
@@ -169,14 +169,12 @@ def cuda_launch(col: ColOp, names: dict) -> list[str]:
         # I == 1: a row scan, one row a warp; else one column a thread
         return launch_lines(col, names, "\n".join([
             "if I == 1:",
-            f"    self.kf_mod.{col.kname}_rows(grid=(max(1, min((O + 7) // 8, self.kf_sms * 16)),), block=(256,), "
+            f"    self.kf_mod.{col.kname}row_params(grid=(max(1, min((O + 7) // 8, self.kf_sms * 16)),), block=(256,), "
             f"args=(xc, out, {row_args(col)}O, R, sO, sR))",
             "else:",
             f"    self.kf_mod.{col.kname}(grid=(max(1, min((O * I + 255) // 256, self.kf_sms * 16)),), "
             f"block=(256,), args=(xc, out, {row_args(col)}O, R, I, sO, sR, sI))"]))
     if col.kind in SPLIT_KINDS:  # SPLIT_COLS columns by k threads a block (`kf_col_split`), a block a tile of columns
-        from .cuda.colsplit import SPLIT_COLS, shared_bytes
-
         c = SPLIT_COLS
         return launch_lines(col, names, "\n".join([
             "kf_k = kf_col_split(O * I, R, self.kf_sms)",
@@ -190,82 +188,19 @@ def cuda_launch(col: ColOp, names: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------- kernel bodies
 
-def _program(col: ColOp, gpu: bool) -> dict:
-    """The per-column program: state declarations, passes over r (statements over `v`), and the final writes, with
-    the fused epilogue (`col.post`) applied to every value written; for `SPLIT_KINDS`, also the combine of another
-    thread's partial state (over other rows of the column) into this one's.
-    Statements use A(name) for a per-column state variable (an array slot on the CPU, a register on the GPU), P(name)
-    for the other thread's (combines); `OUT` is where the column's value goes (reductions), `OUTR` the element at r
-    (same-shape kinds)."""
-    prog = _base_program(col, gpu)
-    return dict(prog, passes=[c_stores(s, col) for s in prog["passes"]], final=c_stores(prog["final"], col))
 
 
-def _base_program(col: ColOp, gpu: bool) -> dict:
-    sum_t = "double"
-    kind, op = col.kind, col.op
-    if kind == "reduce":
-        if op in ("sum", "mean"):
-            final = "(float)(A(acc) / (double)R)" if op == "mean" else "(float)A(acc)"
-            return {"state": [(sum_t, "acc", "0.0")], "passes": ["A(acc) += (double)v;"],
-                    "combine": "A(acc) += P(acc);", "final": f"OUT = {final};"}
-        cmp = ">" if op == "max" else "<"
-        init = "-INFINITY" if op == "max" else "INFINITY"
-        # NaN propagates: once the accumulator is NaN nothing replaces it; partials combine by the same step
-        step = "A(acc) = ({u} {cmp} A(acc) || {u} != {u}) ? {u} : A(acc);"
-        return {"state": [("float", "acc", init)], "passes": [step.format(u="v", cmp=cmp)],
-                "combine": step.format(u="P(acc)", cmp=cmp), "final": "OUT = A(acc);"}
-    if kind in ("argmax", "argmin"):
-        cmp = ">" if kind == "argmax" else "<"
-        init = "-INFINITY" if kind == "argmax" else "INFINITY"
-        # the first extreme (strict comparison), the first NaN when there is one (then nothing replaces it)
-        step = ("{{ const bool up = A(best) == A(best) && (v {cmp} A(best) || v != v); "
-                "A(best) = up ? v : A(best); A(bi) = up ? r : A(bi); }}")
-        # partials over interleaved rows compare (value, index) pairs: a NaN beats a number, the lower index a tie
-        combine = (f"{{ const bool up = P(best) != P(best) ? (A(best) == A(best) || P(bi) < A(bi)) : "
-                   f"(A(best) == A(best) && (P(best) {cmp} A(best) || (P(best) == A(best) && P(bi) < A(bi)))); "
-                   "A(best) = up ? P(best) : A(best); A(bi) = up ? P(bi) : A(bi); }")
-        # on the GPU a thread's index starts at its first row, threadIdx.y: each partial names one of its own rows
-        return {"state": [("float", "best", init),
-                          ("long long", "bi", "threadIdx.y") if gpu else ("int64_t", "bi", "0")],
-                "passes": [step.format(cmp=cmp)], "combine": combine, "final": "OUT = A(bi);"}
-    if kind in ("softmax", "log_softmax", "logsumexp"):
-        state = [("float", "m", "-INFINITY"), (sum_t, "s", "0.0")]
-        p1 = "A(m) = (v > A(m) || v != v) ? v : A(m);"
-        if kind == "logsumexp":
-            # an all -inf (or +inf) column: shift by 0 so the result is log(0) = -inf (inf), as PyTorch's
-            p2 = "A(s) += (double)kf_exp(v - (kf_isinf(A(m)) ? 0.0f : A(m)));"
-            return {"state": state, "passes": [p1, p2],
-                    "final": "OUT = kf_log((float)A(s)) + (kf_isinf(A(m)) ? 0.0f : A(m));"}
-        p2 = "A(s) += (double)kf_exp(v - A(m));"
-        write = ("OUTR = kf_exp(v - A(m)) * (float)(1.0 / A(s));" if kind == "softmax" else
-                 "OUTR = v - A(m) - kf_log((float)A(s));")
-        return {"state": state, "passes": [p1, p2, write], "final": ""}
-    if kind == "scan":
-        acc_t = "double" if (op == "sum" or not gpu) else "float"
-        init = "0.0" if op == "sum" else "1.0"
-        sym = "+" if op == "sum" else "*"
-        return {"state": [(acc_t, "acc", init)], "passes": [f"A(acc) {sym}= ({acc_t})v; OUTR = (float)A(acc);"],
-                "final": ""}
-    raise ValueError(f"no column program for {kind}")
 
 
-def _r_loop(index_t: str, reverse: bool, sep: str) -> str:
-    """The opening of a loop over r in order, or from the end (a reversed scan)."""
-    if reverse:
-        return f"for ({index_t} q = 0; q < R; ++q) {{{sep}const {index_t} r = R - 1 - q;"
-    return f"for ({index_t} r = 0; r < R; ++r) {{"
 
 
-def _expand(stmt: str, cpu: bool) -> str:
-    return re.sub(r"A\((\w+)\)", (lambda m: f"{m.group(1)}_[j]") if cpu else (lambda m: m.group(1)), stmt)
 
 
 def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
-    prog = _program(col, gpu=False)
+    prog = program(col, gpu=False)
     simd = "#pragma omp simd" if sched.vectorize else ""
     lines = [f"// {col.label}: column kernel ({col.kind}) over x viewed as (O, R, I), a lane an output column",
-             f'extern "C" void {col.kname}(const float* x, {_out_t(col, False)}* out, {_rows(col)}int64_t O, '
+             f'extern "C" void {col.kname}(const float* x, {out_type(col, False)}* out, {row_params(col)}int64_t O, '
              f"int64_t R, int64_t I, int64_t sO, int64_t sR, int64_t sI) {{"]
     if col.kind == "scan":
         # along the last dim: one row a lane, the row in order
@@ -274,12 +209,12 @@ def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
             lines.append("        #pragma omp parallel for schedule(static)")
         (acc_t, _, init), = prog["state"]
         sym = "+" if col.op == "sum" else "*"
-        r_iter = _r_loop("int64_t", col.reverse, " ")
+        r_iter = r_loop_head("int64_t", col.reverse, " ")
         lines += ["        for (int64_t o = 0; o < O; ++o) {",
                   f"            {acc_t} acc = {init};",
                   "            const float* xo = x + o * sO;",
                   "            float* oo = out + o * R;",
-                  f"            {r_iter} {_loads(col)}acc {sym}= ({acc_t}){c_read(col, 'xo[r * sR]')}; "
+                  f"            {r_iter} {row_loads(col)}acc {sym}= ({acc_t}){c_read(col, 'xo[r * sR]')}; "
                   f"oo[r] = {c_post(col, '(float)acc')}; }}",
                   "        }", "        return;", "    }"]
     lines += ["    int64_t ch = 256;",
@@ -295,9 +230,9 @@ def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
     for ctype, name, init in prog["state"]:
         lines.append(f"        {ctype} {name}_[256];")
         lines.append(f"        for (int64_t j = 0; j < n; ++j) {name}_[j] = {init};")
-    r_loop = _r_loop("int64_t", col.reverse, "\n            ")
+    r_loop = r_loop_head("int64_t", col.reverse, "\n            ")
     for stmt in prog["passes"]:
-        body = _expand(stmt, True).replace("OUTR", "out[(o * R + r) * I + i0 + j]")
+        body = expand(stmt, True).replace("OUTR", "out[(o * R + r) * I + i0 + j]")
         lines.append(f"        {r_loop}")
         lines.append("            const float* xr = xo + r * sR;")
         lines += c_row_loads(col, "o * R + r", "            ")
@@ -309,7 +244,7 @@ def _cpu_column(col: ColOp, sched: Schedule) -> list[str]:
                          f"{body} }}")
         lines += ["            }", "        }"]
     if prog["final"]:
-        fin = _expand(prog["final"], True).replace("OUT", "out[o * I + i0 + j]")
+        fin = expand(prog["final"], True).replace("OUT", "out[o * I + i0 + j]")
         lines.append(f"        for (int64_t j = 0; j < n; ++j) {{ {fin} }}")
     lines += ["    }", "}"]
     return lines
@@ -358,20 +293,10 @@ def _cpu_bnstats(col: ColOp, sched: Schedule) -> list[str]:
             ["        out[c] = (float)mean;", "        out[R + c] = (float)(s / cnt);", "    }", "}"])
 
 
-def _rows(col: ColOp, restrict: str = "") -> str:
-    """The row values' array parameters of a column kernel, before its sizes."""
-    return "".join(p + ", " for p in c_row_params(col, restrict))
 
 
-def _loads(col: ColOp) -> str:
-    """The row values of the column's element (o, r), on the line that reads it."""
-    return "".join(s + " " for s in c_row_loads(col, "o * R + r"))
 
 
-def _out_t(col: ColOp, gpu: bool) -> str:
-    if col.out_dtype == "int64":
-        return "long long" if gpu else "int64_t"
-    return "float"
 
 
 def cpu_source(cols: list[ColOp], sched: Schedule) -> str:
@@ -388,10 +313,10 @@ def cpu_source(cols: list[ColOp], sched: Schedule) -> str:
 # ----------------------------------------------------------------------------------------------- CUDA
 
 def _cuda_column(col: ColOp) -> list[str]:
-    prog = _program(col, gpu=True)
+    prog = program(col, gpu=True)
     lines = [f"// {col.label}: column kernel ({col.kind}), a thread an output column (coalesced over i)",
-             f'extern "C" __global__ void {col.kname}(const float* __restrict__ x, {_out_t(col, True)}* '
-             f"__restrict__ out, {_rows(col, ' __restrict__')}long long O, long long R, long long I, long long sO, "
+             f'extern "C" __global__ void {col.kname}(const float* __restrict__ x, {out_type(col, True)}* '
+             f"__restrict__ out, {row_params(col, ' __restrict__')}long long O, long long R, long long I, long long sO, "
              "long long sR, long long sI) {",
              "    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < O * I; "
              "t += (long long)gridDim.x * blockDim.x) {",
@@ -399,12 +324,12 @@ def _cuda_column(col: ColOp) -> list[str]:
              "        const float* xo = x + o * sO + i * sI;"]
     for ctype, name, init in prog["state"]:
         lines.append(f"        {ctype} {name} = {init};")
-    r_loop = _r_loop("long long", col.reverse, " ")
+    r_loop = r_loop_head("long long", col.reverse, " ")
     for stmt in prog["passes"]:
-        body = _expand(stmt, False).replace("OUTR", "out[(o * R + r) * I + i]")
-        lines.append(f"        {r_loop} {_loads(col)}const float v = {c_read(col, 'xo[r * sR]')}; {body} }}")
+        body = expand(stmt, False).replace("OUTR", "out[(o * R + r) * I + i]")
+        lines.append(f"        {r_loop} {row_loads(col)}const float v = {c_read(col, 'xo[r * sR]')}; {body} }}")
     if prog["final"]:
-        lines.append("        " + _expand(prog["final"], False).replace("OUT", "out[t]"))
+        lines.append("        " + expand(prog["final"], False).replace("OUT", "out[t]"))
     lines += ["    }", "}"]
     if col.kind == "scan":
         lines += _cuda_row_scan(col)
@@ -415,8 +340,8 @@ def _cuda_row_scan(col: ColOp) -> list[str]:
     ident, sym = ("0.0f", "+") if col.op == "sum" else ("1.0f", "*")
     r = "R - 1 - (r0 + lane)" if col.reverse else "r0 + lane"
     return [f"// {col.label}: row scan along the last dim, a warp a row (shuffle scans of 32 elements, a carry)",
-            f'extern "C" __global__ void {col.kname}_rows(const float* __restrict__ x, float* __restrict__ out, '
-            f"{_rows(col, ' __restrict__')}long long O, long long R, long long sO, long long sR) {{",
+            f'extern "C" __global__ void {col.kname}row_params(const float* __restrict__ x, float* __restrict__ out, '
+            f"{row_params(col, ' __restrict__')}long long O, long long R, long long sO, long long sR) {{",
             "    const int lane = threadIdx.x & 31;",
             "    const long long per = blockDim.x >> 5;",
             "    for (long long o = blockIdx.x * per + (threadIdx.x >> 5); o < O; o += (long long)gridDim.x * per) {",
@@ -440,8 +365,6 @@ def cuda_source(cols: list[ColOp]) -> str:
     """The CUDA of the column kernels (after the CUDA prelude: kf_exp, kf_log)."""
     if not cols:
         return ""
-    from .cuda.colsplit import cuda_split_column  # it builds on this module's per-column programs
-
     parts = ["__device__ __forceinline__ bool kf_isinf(float v) { return isinf(v); }"]
     for col in cols:
         write = {"bnstats": cuda_bnstats, "pool": pool_kernels.cuda_pool}.get(

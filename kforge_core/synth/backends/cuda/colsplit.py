@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ..col_chains import c_read
-from ..columns import _base_program, _expand, _loads, _out_t, _program, _rows
+from ..col_programs import base_program, expand, out_type, program, row_loads, row_params
 from ...lower.colops import ColOp
 
 # a CUDA column reduction's block: SPLIT_COLS consecutive columns by k threads; each thread reads UNROLL of its rows
@@ -26,16 +26,16 @@ UNROLL = 4
 def shared_bytes(col: ColOp) -> int:
     """Dynamic shared memory a `columns.SPLIT_KINDS` kernel's block needs per thread a column (times k): an 8-byte slot per
     column per state value for the partials."""
-    return 8 * SPLIT_COLS * len(_base_program(col, gpu=True)["state"])
+    return 8 * SPLIT_COLS * len(base_program(col, gpu=True)["state"])
 
 
 def cuda_split_column(col: ColOp) -> list[str]:
     """A column reduction (`columns.SPLIT_KINDS`): blocks of SPLIT_COLS consecutive columns by k = blockDim.y threads
     (`kf_col_split`); thread y folds in rows y, y + k, ... in order, UNROLL of them loaded before any is folded in,
     then thread 0 of each column combines the k partials from shared memory, in thread order."""
-    prog = _program(col, gpu=True)
+    prog = program(col, gpu=True)
     (step,), u = prog["passes"], UNROLL
-    body, loads = _expand(step, False), _loads(col)
+    body, loads = expand(step, False), row_loads(col)
     at_r = "const long long r = kf_r + u * kf_k; " if re.search(r"\br\b", body + loads) else ""
     state = prog["state"]
     partials = " ".join(f"const {ctype} kf_p_{name} = kf_sh_{name}[kf_j * blockDim.x + threadIdx.x];"
@@ -44,14 +44,14 @@ def cuda_split_column(col: ColOp) -> list[str]:
     # state value: none for k = 1, so a thread owning its column costs no shared memory and blocks stay resident
     slots = [f"{ctype}* kf_sh_{name} = ({ctype}*)(kf_colsh + {j} * blockDim.x * blockDim.y);"
              for j, (ctype, name, _) in enumerate(state)]
-    combine = re.sub(r"P\((\w+)\)", r"kf_p_\1", _expand(prog["combine"], False))
+    combine = re.sub(r"P\((\w+)\)", r"kf_p_\1", expand(prog["combine"], False))
     return ([f"// {col.label}: column reduction ({col.kind}), a column shared by blockDim.y threads (coalesced over i), "
              "their partials combined in a fixed order",
              # up to SPLIT_COLS * 8 threads a block, two blocks an SM: at most 32 registers a thread, so the largest
              # block launches and the SM stays full (128 x 8 sums at KernelBench's size on an H100 took 3.79 ms with
              # the bound at one block an SM, the compiler's registers leaving half the SM idle, 3.02 ms with 32)
              f'extern "C" __global__ void __launch_bounds__({SPLIT_COLS * 8}, 2) {col.kname}('
-             f"const float* __restrict__ x, {_out_t(col, True)}* __restrict__ out, {_rows(col, ' __restrict__')}"
+             f"const float* __restrict__ x, {out_type(col, True)}* __restrict__ out, {row_params(col, ' __restrict__')}"
              "long long O, long long R, long long I, long long sO, long long sR, long long sI) {"]
             + ["    extern __shared__ double kf_colsh[];",
                "    const long long kf_k = blockDim.y;  // this thread's rows: threadIdx.y, threadIdx.y + kf_k, ...",
@@ -86,5 +86,5 @@ def cuda_split_column(col: ColOp) -> list[str]:
                "            }",
                "            __syncthreads();  // the block's next round writes its partials again",
                "        }",
-               "        if (kf_live && threadIdx.y == 0) " + _expand(prog["final"], False).replace("OUT", "out[t]"),
+               "        if (kf_live && threadIdx.y == 0) " + expand(prog["final"], False).replace("OUT", "out[t]"),
                "    }", "}"])
