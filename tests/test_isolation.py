@@ -63,8 +63,12 @@ def test_child_sees_no_secret_of_the_caller(secrets_home):
     """The settings file (directly, or through a symlink the child makes), the run store, HOME and every other
     process's /proc/<pid>/environ are out of its reach: it is PID 1 of its own PID namespace with a fresh /proc, and
     none of those paths exists in its root. Whatever it prints is redacted besides."""
+    # the caller's and its parent's environ, by their pids outside; PID 1 inside is the child itself, so a caller
+    # that is (or whose parent is) PID 1 outside (a container's entry point, a runner reparented to init) names
+    # the child's own environ there, which it may read
+    outside = [f"/proc/{pid}/environ" for pid in {os.getpid(), os.getppid()} if pid > 1]
     paths = [str(secrets_home["settings"]), str(secrets_home["db"]), str(secrets_home["home"] / "notes.txt"),
-             "/etc/shadow", f"/proc/{os.getppid()}/environ"]
+             "/etc/shadow", *outside]
     out = _child("iso_read_secrets", {"paths": paths, "settings": str(secrets_home["settings"]),
                                       "caller_pid": os.getpid()})
     r = out.result
