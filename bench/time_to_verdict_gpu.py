@@ -87,6 +87,13 @@ CASES = {  # key: (label, target, source maker, cold?, torch.compile baseline fo
     "a2f": ("(a'f) as (a'), children forked on demand (pool off)", "cuda", _nvrtc, False, False),
     "d2s": ("(d's) as (d'), children spawned (before)", "triton", _triton, False, False),
     "d2f": ("(d'f) as (d'), children forked on demand (pool off)", "triton", _triton, False, False),
+    # the CPU's shorter warm-up (1-3 calls a model: the checked seeds ran both sides) and budget, tried on the GPU
+    "a2w": ("(a'w) as (a'), warm-up 1-3 calls", "cuda", _nvrtc, False, False),
+    "a2b": ("(a'b) as (a'), warm-up 1-3 calls and a 1 s budget", "cuda", _nvrtc, False, False),
+}
+CASE_TIMING = {  # timing options that differ from the platform's defaults
+    "a2w": {"warmup_min": 1, "warmup_max": 3},
+    "a2b": {"warmup_min": 1, "warmup_max": 3, "budget_s": 1.0},
 }
 AFTER = {"KFORGE_SHARED_BASELINE": "1", "KFORGE_JUDGE": "1", "KFORGE_EVAL_SPAWN": "0", "KFORGE_EVAL_POOL": "1"}
 CASE_ENV = {  # what differs from today's defaults (AFTER) for the "before" cases
@@ -229,7 +236,8 @@ def main() -> int:
     def run(target: str, source: str, baselines: bool, key: str = "") -> tuple[float, dict]:
         t0 = time.perf_counter()
         seen = stages[key] = []
-        v = evaluate(problems[target], source, target, EvalOptions(baselines=opts.baselines or baselines),
+        v = evaluate(problems[target], source, target, EvalOptions(baselines=opts.baselines or baselines,
+                                                                   timing_options=CASE_TIMING.get(key, {})),
                      on_stage=lambda st: seen.append((time.perf_counter() - t0, st.get("stage"))))
         return time.perf_counter() - t0, v.to_dict()
 
@@ -244,7 +252,7 @@ def main() -> int:
         label, target, make, cold, baselines = CASES[key]  # each variant's fork server and pool
         setenv(key)
         if (target, make, baselines, json.dumps(CASE_ENV.get(key))) not in warmed:
-            wall, r = run(target, make(None), baselines)
+            wall, r = run(target, make(None), baselines, key)
             warmed.add((target, make, baselines, json.dumps(CASE_ENV.get(key))))
             print(f"  warm-up {key} {target}/{make.__name__}: {wall:.2f} s ({r['status']})", flush=True)
         rows[key] = {"label": label, "walls": [], "builds": [], "torch_compile_s": [], "child_wall_s": [],

@@ -115,6 +115,7 @@ def main() -> int:
           f"| bare candidate / eager ms: back to back | after {IDLE_GAP_S * 1e3:.0f} ms idle |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     vs_eager, vs_compiled, cand = [], [], []
+    bare_ratios: dict[str, list[float]] = {"back to back": [], f"after {IDLE_GAP_S * 1e3:.0f} ms idle": []}
     for i in range(args.runs):
         load = os.getloadavg()[0]
         bare_cells = "- | -"
@@ -122,6 +123,8 @@ def main() -> int:
             b2b = _bare(str(example.problem), str(example.candidate), platform.name, 0.0)
             idle = _bare(str(example.problem), str(example.candidate), platform.name, IDLE_GAP_S)
             bare_cells = " | ".join(f"{c:.4g} / {e:.4g} ({e / c:.3f}x)" for c, e in (b2b, idle))
+            for ratios, (c, e) in zip(bare_ratios.values(), (b2b, idle)):
+                ratios.append(e / c)
         v = evaluate(problem, candidate, platform.name, options).to_dict()
         se, sc = v.get("speedup_vs_eager"), v.get("speedup_vs_compiled")
         if se:
@@ -138,6 +141,10 @@ def main() -> int:
     print(f"\nspread across evaluations, (max - min) / median: speedup vs eager {_spread(vs_eager):.1%}, "
           f"vs torch.compile {_spread(vs_compiled):.1%}, candidate ms {_spread(cand):.1%}"
           + (f"  (goal <= {goal:.0%}" + (" for kernels >= 100 us)" if goal < 0.1 else ")") if goal else ""))
+    if bare and len(next(iter(bare_ratios.values()))) > 1:
+        # what the machine does to the same two calls with no evaluator around them: the floor under any spread
+        print("the machine's own spread, the same candidate and eager timed bare in a fresh process before each "
+              "evaluation: " + ", ".join(f"{k} {_spread(v):.1%}" for k, v in bare_ratios.items()))
     return 0
 
 

@@ -277,3 +277,43 @@ def test_passing_figures_read_once_equal_the_exact_pass(monkeypatch):
     bad[3500] = want[3500]
     c = compare_outputs(bad, want, get_policy("default"))
     assert not c.passed and "worst at [1234]" in c.detail, c.detail
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_clear_pass_on_the_cpu_decides_as_the_exact_rule_at_the_edge(monkeypatch, dtype):
+    """The CPU's float32 clear-pass check hands every element near its bound to the exact float64 pass: outputs
+    placed just inside, at and just outside atol + rtol |want| get the plain rule's verdict, with the shortcut and
+    without it (several steps)."""
+    monkeypatch.setattr(compare, "_FAST_CHUNK", 64)
+    policy = get_policy("default")
+    tol = policy.for_dtype(str(dtype).replace("torch.", ""))
+    gen = torch.Generator().manual_seed(5)
+    want = torch.randn(1000, generator=gen).to(dtype)
+    w64 = want.double()
+    for share in (0.5, 0.99999, 1.0, 1.00001, 1.5):
+        got = (w64 + share * (tol.atol + tol.rtol * w64.abs())).to(dtype)  # rounded to the dtype, as a kernel's
+        _, over, max_abs, _ = _plain(got, want, tol.atol, tol.rtol)
+        fast = compare_outputs(got, want, policy)
+        monkeypatch.setattr(compare, "_NARROW_FAST", {})
+        exact = compare_outputs(got, want, policy)
+        monkeypatch.setattr(compare, "_NARROW_FAST", {torch.float32: True, torch.float16: True, torch.bfloat16: True})
+        assert fast.passed == exact.passed == (over == 0), (dtype, share, fast.detail, exact.detail)
+        assert fast.max_abs_error == pytest.approx(max_abs, rel=1e-6)
+
+
+def test_clear_pass_figures_match_the_exact_pass():
+    """A passing float32 comparison on the CPU (the clear-pass check): the same maxima as the float64 pass up to
+    float32 rounding, the same relative L2 decisions (sums in float64), the same notes."""
+    gen = torch.Generator().manual_seed(9)
+    want = torch.randn(300_000, generator=gen)
+    got = want + 1e-6 * torch.randn(300_000, generator=gen)
+    tol = get_policy("default").for_dtype("float32")
+    fast = compare._clear_pass_stats(got, want, tol)
+    exact = compare._failing_stats(got, want, tol, torch.device("cpu"), torch.float64, 1 << 20)
+    assert fast is not None and exact[0] == 0 and exact[2] == 0
+    assert fast == pytest.approx(exact[4:], rel=1e-6)
+    tiny = want * 1e-20  # squares under float32's range: still summed right
+    assert compare._clear_pass_stats(tiny * (1 + 1e-7), tiny, tol)[3] == pytest.approx(float((tiny.double() ** 2).sum()),
+                                                                                     rel=1e-6)
+    got[123] = float("nan")
+    assert compare._clear_pass_stats(got, want, tol) is None

@@ -21,7 +21,7 @@ from .correctness import check_correctness
 from .in_process import InProcess, describe_exception, load_candidate
 from .reference import ProblemFailure, _load_reference, _reference_checks
 from .remote import RemoteFailure, connect
-from .timing import RemoteModel, TimingOptions, compile_baseline, compiled_plan, time_models
+from .timing import RemoteModel, compile_baseline, compiled_plan, options_for, time_models
 
 
 def _verdict(status: str, reason: str, **extra) -> dict:
@@ -232,7 +232,7 @@ class TimingFailure(Exception):
 
 
 def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, side) -> dict:
-    opts = TimingOptions(**request.get("timing_options", {}))
+    opts = options_for(platform.device_type, request.get("timing_options"))
     rng = random.Random()
     policy = get_policy(request.get("tolerance", "default"))
     models = {"candidate": new_model, "eager": ref_model}
