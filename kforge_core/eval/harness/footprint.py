@@ -190,8 +190,9 @@ def hold_long_lived(platform) -> None:
     anything of the problem's size exists. Made later, each took its tens of MiB from a split of a freed
     problem-sized block of CUDA's caching allocator, and that block, pinned by them, could then neither hold the next
     tensor of its size (a new one was reserved) nor be given back by `release`: gigabytes a process at KernelBench's
-    sizes."""
-    if platform.device_type != "cuda" or not torch.cuda.is_available():
+    sizes. On the CPU the same two cost ~50 ms (the weights' random numbers) and ~40 ms (the flush buffer's first
+    touch, page faults) on the 2-core box: a pre-started child makes them while nobody waits (`zygote`)."""
+    if platform.device_type not in ("cpu", "cuda") or platform.device_type == "cuda" and not torch.cuda.is_available():
         return
     from .compare import hold_weights
 

@@ -61,9 +61,9 @@ def run(request: dict, workdir: Path) -> dict:
 
 def _run(request: dict, workdir: Path, platform, timer, state, remote=None, contenders=None) -> dict:
     progress.stage("loading the problem", pid=os.getpid())  # the process a cancel kills (with its group)
+    footprint.hold_long_lived(platform)  # part of the process's start (made already if pre-started)
     memory = footprint.Phases(platform)
     memory.enter("reference checks")
-    footprint.hold_long_lived(platform)
     module, init, ref_model, make_inputs = _load_reference(request, workdir, platform)
     policy = get_policy(request.get("tolerance", "default"))
     ref_warnings, problem_info, draws_random = _reference_checks(ref_model, make_inputs, platform, policy, memory)

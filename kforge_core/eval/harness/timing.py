@@ -40,24 +40,27 @@ class TimingOptions:
     # after min_trials, stop as soon as every model's median is known to within this fraction (a 95 % confidence
     # interval from order statistics): a steady machine stops early, a noisy one keeps timing up to the budget
     settle: float = 0.03
+    # warm-up calls per model: a number drawn between these, so a candidate cannot count to it. The five checked seeds
+    # before the timing phase have run the candidate and eager already: 3-7 took 0.44 s more a verdict than 1-3 on an
+    # H200 (bench/time_to_verdict_gpu.py --cases a2,a2w, 1.99 vs 1.55 s median)
+    warmup_min: int = 1
+    warmup_max: int = 3
     # a call slower than this (KernelBench-sized tensors crossing to the candidate's process and back: seconds a
     # call) needs fewer warm-ups and trials: its median settles at once, and ten of them took a minute of device time
     heavy_call_s: float = 1.0
-    warmup_min: int = 3  # warm-up calls per model: a number drawn between these, so a candidate cannot count to it
-    warmup_max: int = 7
     heavy_min_trials: int = 5
     rotating_sets: int = 4  # unused: every trial now gets freshly generated inputs (kept for old option dicts)
     rotating_bytes_max: int = 1 << 30  # unused, as above
 
 
 # On the CPU an evaluation's trial is mostly the judge's own work around a few milliseconds of kernels (fresh inputs,
-# their fingerprints, three cache flushes, the comparison, the candidate's process's requests: 70-100 ms a trial on
-# the 2-core box for the CPU example), and the five checked seeds before the timing phase have already run the
-# candidate and eager: a shorter budget and warm-up. Measured there, interleaved (2026-11-26, 4 rounds of 5
-# evaluations each): time to verdict 3.18 s median with the defaults above, 2.06 s with these; the spread of the
-# speedup across 5 evaluations 21.9 % and 24.8 % (the bare kernel itself moves 30-50 % between fresh processes there:
-# bench/timing_fidelity.py).
-CPU_DEFAULTS = {"budget_s": 1.0, "warmup_min": 1, "warmup_max": 3}
+# their fingerprints, three cache flushes, the comparison, the candidate's process's requests: 60-90 ms a trial on
+# the 2-core box for the CPU example), so the budget buys few trials: 1 s there. Measured on that box, interleaved
+# (2026-11-26, 4 rounds of 5 evaluations each, warm-up 3-7 and 2 s before): time to verdict 3.09 -> 1.87 s median,
+# the spread of the speedup across 5 evaluations 19.9 -> 29.5 % (13-16 trials instead of 26-32; the bare kernel
+# itself moved 29.8 % between fresh processes there: bench/timing_fidelity.py). A run's best is still chosen by a
+# head-to-head re-timing with the full budget (`contest`).
+CPU_DEFAULTS = {"budget_s": 1.0}
 
 
 def options_for(device_type: str, given: dict | None = None) -> TimingOptions:

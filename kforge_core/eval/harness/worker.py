@@ -57,9 +57,9 @@ class _Worker:
             device_arena.prepare(self.device)
             if self.device.type == "cuda":
                 torch.cuda.init()  # the memory counts are the device's from the start (the reference runs there)
+            footprint.hold_long_lived(self.platform)  # part of the process's start (made already if pre-started)
             self.memory = footprint.Phases(self.platform, held=True)
             self.memory.enter("setup")
-            footprint.hold_long_lived(self.platform)
         self.timer = self.platform.make_timer()  # binds the clock now, before any problem or candidate code exists
         self.state = guards.snapshot_state(registrations=False)
         guards.install()

@@ -166,7 +166,17 @@ def _wait_for_request(control: socket.socket, target: str) -> dict:
     """A pre-started child, isolated and warmed: wait for the one request it will serve and its descriptors."""
     from kforge_core.platform import get_platform
 
-    get_platform(target).warm_child()
+    platform = get_platform(target)
+    platform.warm_child()
+    torch = sys.modules.get("torch")
+    if platform.device_type == "cpu" or platform.device_type == "cuda" and torch is not None and \
+            torch.cuda.is_initialized():  # warm_child made the context: this is the device the request will use
+        from .footprint import hold_long_lived
+
+        try:
+            hold_long_lived(platform)  # the judge's or the candidate's process's life-long buffers, while nobody waits
+        except Exception:  # noqa: BLE001 - made again, and failing there with its reason, when the request comes
+            pass
     _say(control, {"ready": True})
     try:
         data, fds, _, _ = socket.recv_fds(control, 1 << 20, MAX_FDS)
