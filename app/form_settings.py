@@ -71,8 +71,10 @@ def advanced_section(choice: ProblemChoice | None, target: services.TargetInfo |
                                 help="the baselines every speedup is measured against")
         t = st.columns(3)
         min_trials = t[0].number_input("Min timed trials", 3, 1000, 10, key="kf-min-trials", persist_state="session")
-        budget_s = t[1].number_input("Timing budget (s)", 0.1, 120.0, 2.0, key="kf-timing-budget",
-                                     persist_state="session")
+        budget_s = t[1].number_input("Timing budget (s)", 0.1, 120.0, None, key="kf-timing-budget",
+                                     persist_state="session", placeholder="the target's own",
+                                     help="wall time for the timed trials once the minimum is done, unless every "
+                                          "median settles sooner; empty: the target's own (2 s, 1 s on the CPU)")
     size_class: str | None = None
     cpu_ok = bool(choice and choice.has_cpu_sizes)
     if sizes == "CPU sizes (CPU_SIZES)":
@@ -84,7 +86,8 @@ def advanced_section(choice: ProblemChoice | None, target: services.TargetInfo |
         size_class = "cpu"
     return dict(tolerance=tolerance, size_class=size_class, eval_timeout_s=float(timeout),
                 eval_baselines=bool(baselines),
-                eval_timing_options={"min_trials": int(min_trials), "budget_s": float(budget_s)})
+                eval_timing_options={"min_trials": int(min_trials),
+                                     **({"budget_s": float(budget_s)} if budget_s is not None else {})})
 
 
 def reference_section() -> tuple[str | None, str | None, str | None]:

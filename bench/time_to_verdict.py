@@ -45,8 +45,12 @@ from kforge_core.problem import load_problem  # noqa: E402
 AFTER = {"KFORGE_SHARED_BASELINE": "1", "KFORGE_JUDGE": "1", "KFORGE_EVAL_POOL": "1"}  # today's defaults
 
 
+# the timing options of the variants that differ from the target's own (`timing.options_for`)
+BEFORE_TIMING = {"budget_s": 2.0, "warmup_min": 3, "warmup_max": 7}  # until 2026-11-26 on the CPU
+
+
 def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool,
-              env: dict | None = None) -> tuple[float, dict]:
+              env: dict | None = None, timing: dict | None = None) -> tuple[float, dict]:
     os.environ.update({**AFTER, **(env or {})})  # read at each evaluation (and by the CLI)
     start = time.perf_counter()
     if use_cli:
@@ -58,7 +62,7 @@ def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool,
         os.unlink(f.name)
         result = json.loads(out.stdout)
     else:
-        verdict = evaluate(load_problem(path=problem_path), candidate, target, EvalOptions())
+        verdict = evaluate(load_problem(path=problem_path), candidate, target, EvalOptions(timing_options=timing or {}))
         result = verdict.to_dict()
     return time.perf_counter() - start, result
 
@@ -105,6 +109,7 @@ def main() -> int:
             (lambda: ctypes_src, {"KFORGE_JUDGE": "0"}),
         "(ap0) ctypes, children forked on demand (KFORGE_EVAL_POOL=0, before the warm pool)":
             (lambda: ctypes_src, {"KFORGE_EVAL_POOL": "0"}),
+        "(at) ctypes, a 2 s budget and 3-7 warm-up calls (before, on the CPU)": (lambda: ctypes_src, {}),
         "(a) ctypes C++ candidate": (lambda: ctypes_src, {}),
         "(b) load_inline, cold build": (lambda: with_token(f"cold {uuid.uuid4().hex}"), {}),
         "(c) load_inline, cached build": (lambda: cached_src, {}),
@@ -117,7 +122,8 @@ def main() -> int:
         for name, (make, env) in variants.items():
             time.sleep(args.think)  # not counted
             handed = warm_pool.STATS["handed_off"]
-            wall, result = _evaluate(example.problem, make(), args.target, args.cli, env)
+            wall, result = _evaluate(example.problem, make(), args.target, args.cli, env,
+                                     BEFORE_TIMING if name.startswith("(at)") else None)
             result["pre_started"] = warm_pool.STATS["handed_off"] - handed  # children that were waiting
             walls, builds, statuses, timings = rows[name]
             walls.append(wall)

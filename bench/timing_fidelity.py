@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform as host
 import statistics
@@ -102,15 +103,18 @@ def main() -> int:
     ap.add_argument("--candidate", help="candidate file (default: the target's example)")
     ap.add_argument("--size-class", choices=("cpu", "gpu"))
     ap.add_argument("--no-bare", action="store_true", help="skip the bare timings of the example")
+    ap.add_argument("--timing", default="{}", help='timing options over the target\'s own, as JSON, e.g. '
+                                                   '\'{"budget_s": 2}\' (kforge_core.eval.harness.timing.TimingOptions)')
     args = ap.parse_args()
     platform = get_platform(args.target, require_available=True)
     example = platform.example()
     problem = load_problem(path=args.problem or example.problem)
     candidate = Path(args.candidate or example.candidate).read_text()
-    options = EvalOptions(size_class=args.size_class)
+    options = EvalOptions(size_class=args.size_class, timing_options=json.loads(args.timing))
     bare = not (args.problem or args.candidate or args.no_bare)  # our own example only: it runs unjudged
     print(f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.device_name()}; {host.node()}, "
-          f"{os.cpu_count()} cores; problem {problem.name}; {args.runs} evaluations", flush=True)
+          f"{os.cpu_count()} cores; problem {problem.name}; {args.runs} evaluations; timing options "
+          f"{options.timing_options or 'the target default'}", flush=True)
     print("| # | status | candidate ms (min-max, n) | eager ms | torch.compile ms | vs eager | vs compile | load "
           f"| bare candidate / eager ms: back to back | after {IDLE_GAP_S * 1e3:.0f} ms idle |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -55,10 +55,13 @@ def test_synthesize_json_and_the_runs_commands(server, env, tmp_path):
     db = str(tmp_path / "runs.db")
     server.enqueue(program("compile_error.py"), program("correct_fast.py"))
     done = cli(env, "synthesize", "--problem", str(PROBLEM), "--target", "cpu", *llm_flags(server),
-               "--max-functional-iters", "3", "--max-optimization-iters", "0", "--db", db, "--json")
+               "--max-functional-iters", "3", "--max-optimization-iters", "0", "--db", db, "--json",
+               "--min-trials", "4", "--timing-budget", "0.3")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["status"] == "succeeded" and out["run_id"]
+    with open_store(db) as s:  # the timing options, as the app's Evaluation settings set them
+        assert s.get_run(out["run_id"])["config"]["eval_timing_options"] == {"min_trials": 4, "budget_s": 0.3}
     assert [(it["index"], it["pass"], it["status"]) for it in out["iterations"]] == [
         (0, "functional", "compile_error"), (1, "functional", "correct")]
     assert "candidate line 9" in out["iterations"][0]["reason"] and out["iterations"][1]["candidate_ms"] > 0
@@ -154,6 +157,8 @@ def test_without_an_endpoint_the_builtin_synthesizer_is_announced(env, tmp_path)
     (["synthesize", "--problem", "/no/such/problem.py", "--target", "cpu", "--agent", "llm", "--model", "m",
       "--base-url", "http://127.0.0.1:9/v1"], "problem file not found"),
     (["runs", "show", "nosuchrun"], "no run with id 'nosuchrun'"),
+    (["synthesize", "--problem", str(PROBLEM), "--target", "cpu", "--timing-budget", "0"],
+     "--timing-budget must be positive, got 0"),
 ])
 def test_usage_errors_are_one_line(env, tmp_path, args, message):
     done = cli(env, *args, "--db", str(tmp_path / "runs.db"))
@@ -250,3 +255,16 @@ def test_progress_says_a_missing_program_once_and_the_real_stop_reason():
     assert lines == [f"  [5] no program: {why}", "  [6] no_program: stopped"]
     summary = {"run_id": "r1", "status": "succeeded", "best": None, "error": None, "stop_reason": printer.stop_reason}
     assert final_line(summary) == f"run r1 succeeded (stopped: {why})"
+
+
+def test_evaluate_takes_the_timing_options(env, tmp_path):
+    """`evaluate --min-trials N --timing-budget S`: at least N trials, and no more than a near-zero budget allows."""
+    done = cli(env, "evaluate", "--problem", str(PROBLEM), "--candidate", str(FIXTURES / "correct_fast.py"),
+               "--target", "cpu", "--no-baselines", "--min-trials", "3", "--timing-budget", "0.001", "--json")
+    assert done.returncode == 0, done.stderr
+    v = json.loads(done.stdout)
+    assert v["status"] == "correct", v
+    assert v["candidate"]["trials"] == v["eager"]["trials"] == 3, v["candidate"]
+    bad = cli(env, "evaluate", "--problem", str(PROBLEM), "--candidate", str(PROBLEM), "--target", "cpu",
+              "--min-trials", "-1")
+    assert bad.returncode == 2 and "Error: --min-trials must be positive, got -1" in bad.stderr, bad.stderr

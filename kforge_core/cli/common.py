@@ -1,10 +1,13 @@
-"""Helpers shared by CLI commands: JSON output."""
+"""Helpers shared by CLI commands: JSON output, the timing options."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
+
+from ..errors import UsageError
 
 
 def json_safe(obj):
@@ -32,3 +35,20 @@ def print_json(obj) -> None:
     json.dump(json_safe(obj), sys.stdout, indent=1, default=str, allow_nan=False)
     sys.stdout.write("\n")
     sys.stdout.flush()
+
+
+def add_timing_options(group) -> None:
+    """The timing phase's knobs, as the app's Evaluation settings have them."""
+    group.add_argument("--min-trials", type=int, metavar="N", help="timed trials at least (default 10)")
+    group.add_argument("--timing-budget", type=float, metavar="S",
+                       help="wall time for the timed trials once the minimum is done, unless every median settles "
+                            "sooner (default: the target's own, 2 s, 1 s on the CPU)")
+
+
+def timing_options_from_args(args: argparse.Namespace) -> dict:
+    given = {"min_trials": args.min_trials, "budget_s": args.timing_budget}
+    for name, value in given.items():
+        if value is not None and value <= 0:
+            raise UsageError(f"--{'min-trials' if name == 'min_trials' else 'timing-budget'} must be positive, "
+                             f"got {value:g}")
+    return {k: v for k, v in given.items() if v is not None}

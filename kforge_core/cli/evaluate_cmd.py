@@ -12,7 +12,7 @@ from ..problem import load_problem
 from ..eval.tolerance import POLICIES
 from ..eval.verdict import Verdict
 from ..formatting import fmt_ms, fmt_spread, fmt_x
-from .common import print_json
+from .common import add_timing_options, print_json, timing_options_from_args
 
 
 def register(sub) -> None:
@@ -28,6 +28,7 @@ def register(sub) -> None:
     p.add_argument("--seeds", type=int, default=5, help="correctness trials with fresh inputs (>= 5)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only")
     p.add_argument("--no-baselines", action="store_true", help="skip timing eager and torch.compile")
+    add_timing_options(p)
     p.add_argument("--profile", action="store_true", help="also run the platform's profiler adapter")
     p.add_argument("--size-class", choices=("cpu", "gpu"), help="apply a gallery problem's size class")
     p.add_argument("--timeout", type=float, default=300.0, help="wall-clock limit in seconds (default 300)")
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"candidate file not found: {cand}")
     options = EvalOptions(seeds=args.seeds, tolerance=args.tolerance, timing=not args.no_timing,
                           baselines=not args.no_baselines, profile=args.profile, size_class=args.size_class,
-                          timeout_s=args.timeout,
+                          timeout_s=args.timeout, timing_options=timing_options_from_args(args),
                           **({} if args.memory_limit_mb is None else {"memory_limit_mb": args.memory_limit_mb}))
     def on_stage(stage: dict) -> None:  # progress on stderr, so --json's stdout stays one object
         print(f"  … {stage['stage']}", file=sys.stderr, flush=True)

@@ -12,7 +12,7 @@ from ..errors import UsageError
 from ..store import open_store, resolve_db_path
 from ..eval.tolerance import POLICIES
 from ..formatting import fmt_ms, fmt_x
-from .common import print_json
+from .common import add_timing_options, print_json, timing_options_from_args
 from .head_to_head_text import head_to_head_lines
 
 if TYPE_CHECKING:  # the loop (and the openai package under it) is imported only when a run starts
@@ -88,6 +88,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                            "CPU_SIZES, as `bench` does; else the file's own sizes)")
     more.add_argument("--eval-timeout", type=float, metavar="S", help="wall-clock limit of one evaluation "
                                                                       "(default 300 s)")
+    add_timing_options(more)
     more.add_argument("--no-baselines", action="store_true", default=None,
                       help="do not time torch.compile next to each correct candidate (faster; no speedup vs "
                            "torch.compile is reported)")
@@ -113,6 +114,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         values["reference_program"] = _read(args.reference_program, "reference program")
     if args.context_tokens is not None:
         values["llm_options"] = {"context_tokens": args.context_tokens}
+    if timing_options_from_args(args):
+        values["eval_timing_options"] = timing_options_from_args(args)
     return {k: v for k, v in values.items() if v is not None}
 
 
