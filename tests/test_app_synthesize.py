@@ -104,35 +104,36 @@ def test_bad_endpoint_url_is_reported(app_env, use_targets):
     assert any("must start with http:// or https://" in e.value for e in at.error)
 
 
-def test_start_creates_a_run_and_attaches(app_env, use_targets):
+def _start_one_step_run(budget_s: float | None = None):
+    """The form filled for a one-step run (and a typed timing budget), started: (the app, the run's id)."""
     at = paste(app().run(), PROBLEM)
     at.number_input(key="kf-func-iters").set_value(1).run()
     at.number_input(key="kf-opt-iters").set_value(0).run()
+    if budget_s is not None:
+        at.number_input(key="kf-timing-budget").set_value(budget_s).run()
     start_button(at).click().run()
     assert not at.exception, at.exception
     run_id = at.query_params.get("run")
     assert run_id, texts(at)
-    with open_store() as s:
-        run = s.get_run(run_id)
-        assert run["agent"] == "builtin" and run["target"] == "cpu"
-        assert run["config"]["max_functional_iters"] == 1
-        # the timing budget left empty: the target's own (1 s on the CPU, `timing.options_for`), not a fixed 2 s
-        assert run["config"]["eval_timing_options"] == {"min_trials": 10}, run["config"]["eval_timing_options"]
+    return at, run_id
+
+
+def test_start_creates_a_run_and_attaches(app_env, use_targets):
+    at, run_id = _start_one_step_run()
     try:
+        with open_store() as s:
+            run = s.get_run(run_id)
+            assert run["agent"] == "builtin" and run["target"] == "cpu"
+            assert run["config"]["max_functional_iters"] == 1
+            # the timing budget left empty: the target's own (1 s on the CPU, `timing.options_for`), not a fixed 2 s
+            assert run["config"]["eval_timing_options"] == {"min_trials": 10}, run["config"]["eval_timing_options"]
         assert "Synthesize a kernel" not in texts(at)  # the page now shows the run
     finally:
         stop_run(run_id)
 
 
 def test_a_typed_timing_budget_is_the_runs(app_env, use_targets):
-    at = paste(app().run(), PROBLEM)
-    at.number_input(key="kf-func-iters").set_value(1).run()
-    at.number_input(key="kf-opt-iters").set_value(0).run()
-    at.number_input(key="kf-timing-budget").set_value(3.5).run()
-    start_button(at).click().run()
-    assert not at.exception, at.exception
-    run_id = at.query_params.get("run")
-    assert run_id, texts(at)
+    _, run_id = _start_one_step_run(budget_s=3.5)
     try:
         with open_store() as s:
             assert s.get_run(run_id)["config"]["eval_timing_options"] == {"min_trials": 10, "budget_s": 3.5}
