@@ -317,3 +317,13 @@ def test_clear_pass_figures_match_the_exact_pass():
                                                                                      rel=1e-6)
     got[123] = float("nan")
     assert compare._clear_pass_stats(got, want, tol) is None
+
+
+def test_warm_up_runs_the_checks_without_touching_the_global_generator():
+    """A pre-started child warms the checks (`compare.warm_up`) before its request: nothing a later evaluation
+    draws from torch's global generator may depend on it."""
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    compare.warm_up(torch.device("cpu"))
+    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.device("cpu") in compare._weights  # the fingerprint's weights were made too

@@ -382,6 +382,21 @@ def _powers_of(base: int, n: int, device: torch.device) -> torch.Tensor:
     return _powers[key]
 
 
+def warm_up(device) -> None:
+    """The checks' first use of every kernel and library they call on `device`, on a few thousand elements: on a GPU
+    the lazily loaded modules of each op and cuBLAS's handle (the passing comparison's dot products), which the first
+    real comparison would otherwise pay inside the evaluation. A pre-started child does this while it waits
+    (`zygote`)."""
+    from ..tolerance import get_policy
+
+    want = torch.linspace(-1.0, 1.0, 4096, device=device)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        w = want.to(dtype)
+        compare_outputs(w.clone(), w, get_policy("default"))
+        fingerprint([w])
+    fingerprint([want.to(torch.int64), want > 0])
+
+
 def fingerprint(obj) -> tuple:
     """A digest of every tensor and value in `obj` (nested lists/tuples/dicts): equal fingerprints mean equal
     contents (up to the collision odds above), -0.0 and 0.0 counting as equal."""

@@ -171,10 +171,12 @@ def _wait_for_request(control: socket.socket, target: str) -> dict:
     torch = sys.modules.get("torch")
     if platform.device_type == "cpu" or platform.device_type == "cuda" and torch is not None and \
             torch.cuda.is_initialized():  # warm_child made the context: this is the device the request will use
+        from .compare import warm_up
         from .footprint import hold_long_lived
 
         try:
             hold_long_lived(platform)  # the judge's or the candidate's process's life-long buffers, while nobody waits
+            warm_up(platform.device())  # and the checks' first calls (cuBLAS's handle, lazily loaded kernels)
         except Exception:  # noqa: BLE001 - made again, and failing there with its reason, when the request comes
             pass
     _say(control, {"ready": True})
