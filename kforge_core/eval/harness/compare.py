@@ -385,7 +385,8 @@ def _powers_of(base: int, n: int, device: torch.device) -> torch.Tensor:
 def warm_up(device) -> None:
     """The checks' first use of every kernel and library they call on `device`, on a few thousand elements: on a GPU
     the lazily loaded modules of each op and cuBLAS's handle (the passing comparison's dot products), which the first
-    real comparison would otherwise pay inside the evaluation. A pre-started child does this while it waits
+    real comparison would otherwise pay inside the evaluation; and the random generators' kernels most problems'
+    inputs are drawn with. A pre-started child does this while it waits
     (`zygote`)."""
     from ..tolerance import get_policy
 
@@ -395,6 +396,10 @@ def warm_up(device) -> None:
         compare_outputs(w.clone(), w, get_policy("default"))
         fingerprint([w])
     fingerprint([want.to(torch.int64), want > 0])
+    # the inputs' generators (a private generator: nothing drawn from the global one)
+    gen = torch.Generator(device=want.device)
+    torch.randn(4096, device=want.device, generator=gen)
+    torch.rand(4096, device=want.device, generator=gen)
 
 
 def fingerprint(obj) -> tuple:
