@@ -4,7 +4,8 @@
 (`KFORGE_SHARED_BASELINE=0`: each child compiles its own baseline, inductor's caches warm), (a1) the ctypes
 candidate judged in its own process as before the judge split (`KFORGE_JUDGE=0`, docs/EVALUATOR.md), and (ap0) the
 ctypes candidate with its two children forked on demand instead of pre-started (`KFORGE_EVAL_POOL=0`, as before the
-warm pool, `kforge_core.eval.warm_pool`): before and after, side by side in one run, their runs interleaved so that
+warm pool, `kforge_core.eval.warm_pool`), and (at) the ctypes candidate with the CPU's timing options before
+2026-11-26 (a 2 s budget, 3-7 warm-up calls): before and after, side by side in one run, their runs interleaved so that
 the machine's load hits both alike.
 
     python bench/time_to_verdict.py --target cpu [--runs 5] [--cli] [--variants ap0,a] [--think S]
@@ -45,8 +46,8 @@ from kforge_core.problem import load_problem  # noqa: E402
 AFTER = {"KFORGE_SHARED_BASELINE": "1", "KFORGE_JUDGE": "1", "KFORGE_EVAL_POOL": "1"}  # today's defaults
 
 
-# the timing options of the variants that differ from the target's own (`timing.options_for`)
-BEFORE_TIMING = {"budget_s": 2.0, "warmup_min": 3, "warmup_max": 7}  # until 2026-11-26 on the CPU
+# the CPU's timing options until 2026-11-26 (today's: the target's own, `timing.options_for`)
+BEFORE_TIMING = {"budget_s": 2.0, "warmup_min": 3, "warmup_max": 7}
 
 
 def _evaluate(problem_path: Path, candidate: str, target: str, use_cli: bool,
@@ -83,6 +84,8 @@ def main() -> int:
                     help="seconds between evaluations, as a model's reply time in a run (default 0: back to back)")
     args = ap.parse_args()
     chosen = {v.strip() for v in args.variants.split(",") if v.strip()} | {"a"}  # (a) is every ratio's base
+    if args.cli and "at" in chosen:
+        ap.error("variant at sets timing options, which the CLI's evaluate takes only as flags: run it without --cli")
 
     platform = get_platform(args.target, require_available=True)
     example = platform.example()
@@ -109,21 +112,21 @@ def main() -> int:
             (lambda: ctypes_src, {"KFORGE_JUDGE": "0"}),
         "(ap0) ctypes, children forked on demand (KFORGE_EVAL_POOL=0, before the warm pool)":
             (lambda: ctypes_src, {"KFORGE_EVAL_POOL": "0"}),
-        "(at) ctypes, a 2 s budget and 3-7 warm-up calls (before, on the CPU)": (lambda: ctypes_src, {}),
+        "(at) ctypes, a 2 s budget and 3-7 warm-up calls (before, on the CPU)": (lambda: ctypes_src, {},
+                                                                                BEFORE_TIMING),
         "(a) ctypes C++ candidate": (lambda: ctypes_src, {}),
         "(b) load_inline, cold build": (lambda: with_token(f"cold {uuid.uuid4().hex}"), {}),
         "(c) load_inline, cached build": (lambda: cached_src, {}),
     }
     variants = {name: v for name, v in variants.items() if name[1:name.index(")")] in chosen}
-    for env in {json.dumps(env, sort_keys=True) for _, env in variants.values()}:  # each its fork server and pool
+    for env in {json.dumps(v[1], sort_keys=True) for v in variants.values()}:  # each its fork server and pool
         _evaluate(example.problem, ctypes_src, args.target, args.cli, json.loads(env))
     rows = {name: ([], [], set(), []) for name in variants}
     for _ in range(args.runs):  # round-robin: every variant sees the same stretch of machine load
-        for name, (make, env) in variants.items():
+        for name, (make, env, *timing) in variants.items():
             time.sleep(args.think)  # not counted
             handed = warm_pool.STATS["handed_off"]
-            wall, result = _evaluate(example.problem, make(), args.target, args.cli, env,
-                                     BEFORE_TIMING if name.startswith("(at)") else None)
+            wall, result = _evaluate(example.problem, make(), args.target, args.cli, env, *timing)
             result["pre_started"] = warm_pool.STATS["handed_off"] - handed  # children that were waiting
             walls, builds, statuses, timings = rows[name]
             walls.append(wall)

@@ -46,9 +46,12 @@ def add_timing_options(group) -> None:
 
 
 def timing_options_from_args(args: argparse.Namespace) -> dict:
-    given = {"min_trials": args.min_trials, "budget_s": args.timing_budget}
-    for name, value in given.items():
+    """The `timing_options` given (`EvalOptions`, a run's `eval_timing_options`): only what was set."""
+    given = {}
+    for flag, key, value in (("--min-trials", "min_trials", args.min_trials),
+                             ("--timing-budget", "budget_s", args.timing_budget)):
         if value is not None and value <= 0:
-            raise UsageError(f"--{'min-trials' if name == 'min_trials' else 'timing-budget'} must be positive, "
-                             f"got {value:g}")
-    return {k: v for k, v in given.items() if v is not None}
+            raise UsageError(f"{flag} must be positive, got {value:g}")
+        if value is not None:
+            given[key] = value
+    return given

@@ -114,8 +114,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         values["reference_program"] = _read(args.reference_program, "reference program")
     if args.context_tokens is not None:
         values["llm_options"] = {"context_tokens": args.context_tokens}
-    if timing_options_from_args(args):
-        values["eval_timing_options"] = timing_options_from_args(args)
+    values["eval_timing_options"] = timing_options_from_args(args) or None
     return {k: v for k, v in values.items() if v is not None}
 
 

@@ -1,6 +1,7 @@
 """Issue 23's last items, as a user reads them in a real browser: a built-in program's kernel first (its prelude
 folded, the marker line inside the pane, no unused host helper), the gallery picker's coverage marks and the sizes
-of the chosen target, best-of-k on the new-run form and the Benchmark page, a manual run's author on Runs."""
+of the chosen target, best-of-k and the timing budget on the new-run form, the Benchmark page, a manual run's
+author on Runs."""
 
 from __future__ import annotations
 
@@ -130,6 +131,24 @@ def test_new_run_form_offers_best_of_k_in_its_budget(page, server):
     box.press("Enter")
     page.get_by_text(re.compile(r"× 3 programs a step")).wait_for()
     assert "At most 30 iterations (5 functional + 5 optimization steps × 3 programs a step)" in page.inner_text("body")
+    no_traceback(page)
+
+
+def test_new_run_form_leaves_the_timing_budget_to_the_target(page, server):
+    """Evaluation settings: the timing budget starts empty, its placeholder saying the target's own applies (2 s,
+    1 s on the CPU); the minimum trials field reads 10; a typed budget is kept as typed."""
+    page.goto(server.url)
+    page.get_by_text("Synthesize a kernel").wait_for()
+    page.get_by_text("Evaluation settings").click()
+    budget = page.get_by_role("spinbutton", name="Timing budget (s)")
+    budget.wait_for()
+    assert budget.input_value() == ""
+    assert budget.get_attribute("placeholder") == "the target's own"
+    assert page.get_by_role("spinbutton", name="Min timed trials").input_value() == "10"
+    budget.fill("3.5")
+    budget.press("Enter")
+    page.wait_for_timeout(500)
+    assert page.get_by_role("spinbutton", name="Timing budget (s)").input_value() == "3.50"
     no_traceback(page)
 
 

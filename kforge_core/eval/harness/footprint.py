@@ -194,10 +194,16 @@ def hold_long_lived(platform) -> None:
     touch, page faults) on the 2-core box: a pre-started child makes them while nobody waits (`zygote`)."""
     if platform.device_type not in ("cpu", "cuda") or platform.device_type == "cuda" and not torch.cuda.is_available():
         return
+    if platform.name in _held:  # made while a pre-started child waited: not again on its request
+        return
     from .compare import hold_weights
 
     hold_weights(platform.device())
     platform.flush_cache()
+    _held.add(platform.name)
+
+
+_held: set[str] = set()  # the platforms (each its own flush buffer) whose life-long buffers this process holds
 
 
 class Phases:
