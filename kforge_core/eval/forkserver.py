@@ -205,7 +205,8 @@ _lock = threading.Lock()
 _failed: dict[str, tuple[float, str]] = {}
 RETRY_AFTER_S = 600.0
 _open: set[ForkServer] = set()  # every server not closed yet, retired ones included (they may still run children)
-_open_lock = threading.Lock()  # not _lock: get() holds that one while it starts or closes a server
+_open_lock = threading.Lock()  # not _lock: a server registers itself here while get() may hold that one
+_starting: dict[str, threading.Lock] = {}  # key -> held while a server of that key starts (not _lock: seconds)
 
 
 def close_all() -> None:
@@ -219,7 +220,7 @@ def close_all() -> None:
 
 
 tempdirs.at_exit(close_all)
-os.register_at_fork(after_in_child=lambda: (_servers.clear(), _open.clear()))  # the parent's servers: never ours
+os.register_at_fork(after_in_child=lambda: (_servers.clear(), _open.clear(), _starting.clear()))  # never ours
 
 
 def failures() -> dict[str, str]:
@@ -249,24 +250,42 @@ _NOT_KEYS = ("HOME", "KFORGE_EVAL_POOL", "KFORGE_EVAL_SPAWN")
 
 def get(env: dict[str, str], device: str = "cpu") -> ForkServer:
     """The fork server for this child environment (HOME aside) and device kind ("cpu", or "cuda": CUDA and Triton
-    targets), started if needed."""
+    targets), started if needed. A start (seconds: a Python, torch's import) holds back only callers of the same
+    kind: a run's first trace (the "cpu" server) no longer waited for its prepare thread's "cuda" server."""
     key = json.dumps([device, {k: v for k, v in sorted(env.items()) if k not in _NOT_KEYS}])
     with _lock:
-        failed = _failed.get(key)
-        if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_S:
-            raise SandboxError(f"the {device} fork server is not used for now: {failed[1]}")
-        server = _servers.get(key)
-        if server is None or server.dead:
+        server = _usable(key)
+        if server is not None:
+            return server
+        starting = _starting.setdefault(key, threading.Lock())
+    with starting:
+        with _lock:
+            server = _usable(key)
             if server is not None:
-                server.close()
-            try:
-                server = _servers[key] = ForkServer(env, device)
-            except SandboxError as e:
+                return server
+            old = _servers.pop(key, None)
+        if old is not None:
+            old.close()
+        try:
+            server = ForkServer(env, device)
+        except SandboxError as e:
+            with _lock:
                 _failed[key] = (time.monotonic(), str(e)[-500:])
-                raise
-            server.key = key
+            raise
+        server.key = key
+        with _lock:
+            _servers[key] = server
             _failed.pop(key, None)
         return server
+
+
+def _usable(key: str) -> ForkServer | None:
+    """The running server of this key (None: start one); raises while a failed start is remembered. Under _lock."""
+    failed = _failed.get(key)
+    if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_S:
+        raise SandboxError(f"the {json.loads(key)[0]} fork server is not used for now: {failed[1]}")
+    server = _servers.get(key)
+    return server if server is not None and not server.dead else None
 
 
 def kind_for(request: dict) -> str:

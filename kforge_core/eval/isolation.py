@@ -39,6 +39,8 @@ import os
 import resource
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 from .new_root import PIVOT_ROOT, PRIVATE, build_root, check
@@ -62,6 +64,13 @@ TOP_LEVEL_MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 NOBODY = 65534
 _status: tuple[bool, str] | None = None
+_status_lock = threading.Lock()
+# One os.fork at a time in the caller: filelock (imported by torch) adds an audit hook on Python >= 3.12 that
+# refuses an os.fork while another thread of the process is inside one ("os.fork is unsafe while filelock is changing
+# descriptor ownership"): a run's first generation and its prepare thread both probing made the first problem of
+# every Ray worker fail on the 4-GPU host.
+_fork_lock = threading.Lock()
+FORK_RETRY_S = 5.0
 
 
 def _libc():
@@ -80,7 +89,9 @@ def status() -> tuple[bool, str]:
     """(available, why not). Probed once per process by entering a namespace in a throw-away child."""
     global _status
     if _status is None:
-        _status = _probe()
+        with _status_lock:  # threads asking at once wait for the one probe
+            if _status is None:
+                _status = _probe()
     return _status
 
 
@@ -121,10 +132,29 @@ def _probe() -> tuple[bool, str]:
     return False, f"user namespaces unavailable here ({text or 'the probe died'})"
 
 
+def fork() -> int:
+    """os.fork for a caller with threads: one fork of ours at a time (`_fork_lock`), and retried for a moment when a
+    thread that is not ours is forking (an at-fork hook may refuse meanwhile: the RuntimeError above)."""
+    deadline = time.monotonic() + FORK_RETRY_S
+    with _fork_lock:
+        while True:
+            try:
+                return os.fork()
+            except RuntimeError as e:
+                if "fork" not in str(e) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
+
+
 def in_fork(fn) -> bytes:
     """fn() in a forked child (whatever it changes about its process stays there); returns the bytes it returned."""
     r, w = os.pipe()
-    pid = os.fork()
+    try:
+        pid = fork()
+    except BaseException:
+        os.close(r)
+        os.close(w)
+        raise
     if pid == 0:  # pragma: no cover - child
         try:
             os.close(r)
@@ -341,8 +371,6 @@ class PidsCgroup:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-            import time
-
             time.sleep(0.02)
 
     def remove(self) -> None:

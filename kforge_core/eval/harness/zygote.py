@@ -63,6 +63,14 @@ def _driver_initialised() -> bool:
     return lib.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
 
 
+def quiet_device_probes() -> None:
+    """torch.cuda.is_available() during the preloads (torch._dynamo and inductor ask) then asks NVML, not
+    cudaGetDeviceCount, which is cuInit. For every kind of server: the "cpu" one on a GPU machine had initialised the
+    driver on import, refused to start (device_touched), and every trace and CPU child there was spawned instead
+    (2.7 s each on the lent H200: a bench's built-in synthesis took 2.4 s a problem instead of 0.3)."""
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+
+
 def device_touched() -> str | None:
     """Why forking from this process would hand a child a device it cannot use (None when it would not)."""
     torch = sys.modules.get("torch")
@@ -201,8 +209,7 @@ def main(argv: list[str]) -> None:
 
     scrub_sys_path()  # its own directory too: sys.path is inherited by every child it forks (see child.serve)
     gpu = argv[1:2] == ["cuda"] if argv[:1] == ["--device"] else False
-    if gpu:  # torch.cuda.is_available() during the imports asks NVML, not cudaGetDeviceCount (which is cuInit)
-        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    quiet_device_probes()
     for name in _PRELOAD + (_PRELOAD_GPU if gpu else ()):
         try:
             __import__(name)
