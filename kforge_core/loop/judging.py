@@ -17,7 +17,7 @@ from typing import Any
 
 from ..agents.base import GenerationResult, Recommendation
 from ..eval.evaluator import EvalOptions, EvaluationCancelled
-from ..eval.verdict import Verdict
+from ..eval.verdict import Verdict, noisy_timings
 from .config import RunConfig
 from .events import (
     BestUpdated, CompileLog, Diff, EvalStage, IterationFinished, IterationStarted, LoopEvent, ProfileReady,
@@ -103,8 +103,10 @@ class Judging:
             yield EvalStage(iteration=i, stage="re-timing: noisy timing", detail={"noisy": ",".join(verdict.noisy)})
             again = yield from self._evaluate_live(i, code, self._eval_options(pass_name))
             if again.status == "correct" and len(again.noisy) <= len(verdict.noisy):
+                why = noisy_timings(verdict)  # the first one's numbers, kept: how noisy, not only which
                 again.warnings.append(f"re-timed: the first evaluation's timings were noisy "
-                                      f"({', '.join(verdict.noisy)}); these are from a second one")
+                                      f"({'; '.join(f'{k}: {v}' for k, v in why.items()) or ', '.join(verdict.noisy)})"
+                                      f"; these are from a second one")
                 verdict = again
         if verdict.compile_log.strip():
             yield CompileLog(iteration=i, log=verdict.compile_log)
