@@ -41,8 +41,8 @@ BARE_TRIALS = 40
 IDLE_GAP_S = 0.03  # between a candidate's calls in an evaluation: 30-50 ms (inputs made, the other contenders timed)
 
 
-def _bare(problem_path: str, candidate_path: str, target: str, gap_s: float) -> tuple[float, float]:
-    """(candidate ms, eager ms), medians of calls each `gap_s` after the last, timed in a fresh process of this
+def _bare(problem_path: str, candidate_path: str, target: str, gap_s: float) -> tuple[float, ...]:
+    """(candidate ms, eager ms, the candidate's fastest and slowest call ms): medians of calls each `gap_s` after the last, timed in a fresh process of this
     script under the evaluation's timing environment (it decides page faults and idle OpenMP pools: a process
     without it times something else)."""
     import json
@@ -52,8 +52,7 @@ def _bare(problem_path: str, candidate_path: str, target: str, gap_s: float) -> 
 
     out = subprocess.run([sys.executable, __file__, "--bare-child", problem_path, candidate_path, target, str(gap_s)],
                          env={**os.environ, **timing_environment()}, capture_output=True, text=True, check=True)
-    candidate_ms, eager_ms = json.loads(out.stdout.strip().splitlines()[-1])
-    return candidate_ms, eager_ms
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def _bare_child(problem_path: str, candidate_path: str, target: str, gap: str) -> None:
@@ -66,20 +65,24 @@ def _bare_child(problem_path: str, candidate_path: str, target: str, gap: str) -
 
     platform = get_platform(target)
     prob, ref, new = load_pair(problem_path, candidate_path, "bare")
+    device = platform.device()
+    ref, new = ref.to(device), new.to(device)  # the GPU example's kernels refuse host tensors
     samples: dict[str, list[float]] = {"candidate": [], "eager": []}
     with torch.no_grad():
         for trial in range(BARE_TRIALS + 3):
             torch.manual_seed(trial)
-            inputs = prob.get_inputs()
+            inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in prob.get_inputs()]
             for name, model in [("candidate", new), ("eager", ref)][:: 1 if trial % 2 else -1]:
                 time.sleep(float(gap))
+                platform.flush_cache()  # as the evaluator does before each timed call
                 platform.synchronize()
                 start = time.perf_counter()
                 model(*inputs)
                 platform.synchronize()
                 if trial >= 3:  # the first three are warm-up
                     samples[name].append((time.perf_counter() - start) * 1e3)
-    print(json.dumps([statistics.median(samples["candidate"]), statistics.median(samples["eager"])]))
+    c = samples["candidate"]
+    print(json.dumps([statistics.median(c), statistics.median(samples["eager"]), min(c), max(c)]))
 
 
 def _spread(values: list[float]) -> float:
@@ -116,7 +119,7 @@ def main() -> int:
           f"{os.cpu_count()} cores; problem {problem.name}; {args.runs} evaluations; timing options "
           f"{options.timing_options or 'the target default'}", flush=True)
     print("| # | status | candidate ms (min-max, n) | eager ms | torch.compile ms | vs eager | vs compile | load "
-          f"| bare candidate / eager ms: back to back | after {IDLE_GAP_S * 1e3:.0f} ms idle |")
+          f"| bare candidate (min-max) / eager ms: back to back | after {IDLE_GAP_S * 1e3:.0f} ms idle |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     vs_eager, vs_compiled, cand = [], [], []
     bare_ratios: dict[str, list[float]] = {"back to back": [], f"after {IDLE_GAP_S * 1e3:.0f} ms idle": []}
@@ -126,8 +129,9 @@ def main() -> int:
         if bare:
             b2b = _bare(str(example.problem), str(example.candidate), platform.name, 0.0)
             idle = _bare(str(example.problem), str(example.candidate), platform.name, IDLE_GAP_S)
-            bare_cells = " | ".join(f"{c:.4g} / {e:.4g} ({e / c:.3f}x)" for c, e in (b2b, idle))
-            for ratios, (c, e) in zip(bare_ratios.values(), (b2b, idle)):
+            bare_cells = " | ".join(f"{c:.4g} ({lo:.4g}-{hi:.4g}) / {e:.4g} ({e / c:.3f}x)"
+                                    for c, e, lo, hi in (b2b, idle))
+            for ratios, (c, e, *_) in zip(bare_ratios.values(), (b2b, idle)):
                 ratios.append(e / c)
         v = evaluate(problem, candidate, platform.name, options).to_dict()
         se, sc = v.get("speedup_vs_eager"), v.get("speedup_vs_compiled")

@@ -20,7 +20,10 @@
 #   its own folder (bench/out/ray_multi_gpu) stays for --reuse on a warm machine; a machine goes back 30 s after a
 #   call, so to go on in a later call, copy the returned <suite>-<k>gpu/scaling_run.json (and runs.db) back into
 #   bench/out/ray_multi_gpu/ here and name that folder in the call's carry: --reuse reads a bench made on the same
-#   kind of device only
+#   kind of device only. Ray's wheel (79 MB) is over the carry limit: .whlray/ holds it without ray/jars (Java),
+#   rllib, serve, llm, data, train, tune and the dashboard's client (40 MB; its RECORD rewritten to match), with
+#   jsonschema, referencing, rpds-py, jsonschema-specifications and .whlkb's wheels but pygments (55 MB in all);
+#   a device call returns at most 8 files: tar a folder of results into $OUT rather than many files
 #   kernelbench: `bench --agent builtin --target cuda` over KernelBench's level 1/2 carried in .kb/, one worker per
 #   GPU, stopped at KB_TIME_LIMIT (480 s) and resumable across calls (see the function); the device has no
 #   sqlite-utils/openai/plotly: carry their wheels (.whlkb/: .whlray/ without ray, 18 MB; all of .whlray plus the
