@@ -39,9 +39,11 @@ def test_time_is_attributed_to_the_thread_and_frames_it_was_spent_in():
     busy.join(), idle.join()
     sampler.stop.set()
     sampler.join()
-    assert sampler.samples > 20
+    # shares of the samples, not counts: on a loaded 2-core box the sampler wakes less often
+    assert sampler.samples >= 5
     (top, n), *_ = sampler.ours["busy"].most_common()
-    assert top.startswith("kforge_core/sampled_here.py:") and top.endswith(" spin") and n > 20
+    assert top.startswith("kforge_core/sampled_here.py:") and top.endswith(" spin")
+    assert n >= 0.8 * sum(sampler.ours["busy"].values())
     assert sampler.ours["idle"].most_common(1)[0][0].endswith(" nap")
     # the main thread ran no KForge code: said so, and its innermost frame is the loop in this file
     assert sampler.ours["MainThread"].most_common(1)[0][0] == "(no KForge frame)"
