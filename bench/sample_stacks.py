@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 import threading
 import time
@@ -86,8 +85,7 @@ def main() -> int:
     from kforge_core.eval import forkserver
 
     # a fork server that would not start makes every child of its kind a spawn (seconds each), silently
-    running = sorted(json.loads(key)[0] for key in forkserver._servers)
-    print(f"fork servers running: {running}; not used: {forkserver.failures() or 'none'}")
+    print(f"fork servers running: {forkserver.running()}; not used: {forkserver.failures() or 'none'}")
     for name in sorted(sampler.ours, key=lambda n: -sum(sampler.ours[n].values())):
         busy = {k: v for k, v in sampler.inner[name].items() if a.idle or k.split(" ")[-1] not in IDLE}
         if not busy:

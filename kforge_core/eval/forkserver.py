@@ -229,6 +229,12 @@ def failures() -> dict[str, str]:
         return {json.loads(key)[0]: why for key, (_, why) in _failed.items()}
 
 
+def running() -> list[str]:
+    """The device kinds of the fork servers this process uses now (one entry per server), for diagnostics."""
+    with _lock:
+        return sorted(json.loads(key)[0] for key, server in _servers.items() if not server.dead)
+
+
 def retire(server: ForkServer) -> None:
     """Start the next evaluation on a fresh server; this one exits once its running children are done."""
     with _lock:
