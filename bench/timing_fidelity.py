@@ -64,6 +64,8 @@ def _bare_child(problem_path: str, candidate_path: str, target: str, gap: str) -
     from bare_pair import load_pair
 
     platform = get_platform(target)
+    platform.prepare_child()  # the evaluator's own timer (on a GPU: the device clock behind its lead-in)
+    timer = platform.make_timer()
     prob, ref, new = load_pair(problem_path, candidate_path, "bare")
     device = platform.device()
     ref, new = ref.to(device), new.to(device)  # the GPU example's kernels refuse host tensors
@@ -75,12 +77,9 @@ def _bare_child(problem_path: str, candidate_path: str, target: str, gap: str) -
             for name, model in [("candidate", new), ("eager", ref)][:: 1 if trial % 2 else -1]:
                 time.sleep(float(gap))
                 platform.flush_cache()  # as the evaluator does before each timed call
-                platform.synchronize()
-                start = time.perf_counter()
-                model(*inputs)
-                platform.synchronize()
+                ms = timer.time_ms(lambda: model(*inputs))
                 if trial >= 3:  # the first three are warm-up
-                    samples[name].append((time.perf_counter() - start) * 1e3)
+                    samples[name].append(ms)
     c = samples["candidate"]
     print(json.dumps([statistics.median(c), statistics.median(samples["eager"]), min(c), max(c)]))
 
@@ -121,7 +120,7 @@ def main() -> int:
     print("| # | status | candidate ms (min-max, n) | eager ms | torch.compile ms | vs eager | vs compile | load "
           f"| bare candidate (min-max) / eager ms: back to back | after {IDLE_GAP_S * 1e3:.0f} ms idle |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    vs_eager, vs_compiled, cand = [], [], []
+    vs_eager, vs_compiled, cand, clocks = [], [], [], []
     bare_ratios: dict[str, list[float]] = {"back to back": [], f"after {IDLE_GAP_S * 1e3:.0f} ms idle": []}
     for i in range(args.runs):
         load = os.getloadavg()[0]
@@ -140,11 +139,16 @@ def main() -> int:
             cand.append(v["candidate_ms"])
         if sc:
             vs_compiled.append(sc)
+        clocks += [c["detail"] for c in v.get("checks", []) if c.get("name") == "judge's clock"][:1]
         noisy = f" noisy: {','.join(v['noisy'])}" if v.get("noisy") else ""
+        if v["status"] != "correct":
+            noisy += f" ({v.get('reason', '')[:600]})"
         print(f"| {i + 1} | {v['status']}{noisy} | {_t(v.get('candidate'))} | {_t(v.get('eager'))} | "
               f"{_t(v.get('compiled'))} | {se or float('nan'):.3f}x | {sc or float('nan'):.3f}x | {load:.1f} | "
               f"{bare_cells} |",
               flush=True)
+    for i, detail in enumerate(clocks):  # how the judge saw the candidate's reports (lead-in, calls launched ahead)
+        print(f"judge's clock, evaluation {i + 1}: {detail}")
     goal = GOALS.get(platform.name)
     print(f"\nspread across evaluations, (max - min) / median: speedup vs eager {_spread(vs_eager):.1%}, "
           f"vs torch.compile {_spread(vs_compiled):.1%}, candidate ms {_spread(cand):.1%}"

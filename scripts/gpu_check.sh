@@ -9,7 +9,8 @@
 #   isolation: the OS isolation of evaluation children on the GPU (docs/EVALUATOR.md), required rather than best
 #   effort: the CPU isolation tests, the CUDA/Triton examples, the hostile GPU candidates and the device-memory
 #   handover, as root and as an ordinary user (ISOLATION_AS=user: the ordinary user alone)
-#   fidelity: bench/timing_fidelity.py on CUDA (same candidate evaluated 5 times: spread of its speedup)
+#   fidelity: bench/timer_parts.py, then bench/timing_fidelity.py on CUDA at two sizes (same candidate evaluated 5
+#     times: spread of its speedup); the timer's own checks: tests/gpu/test_gpu_device_timer.py (in `tests`)
 #   builtin: bench/builtin_gallery.py on CUDA, resumable (copy a returned builtin_cuda.json into $OUT to go on)
 #   footprint: bench/eval_footprint.py on CUDA: the evaluator's peak device memory against the problem's own tensors,
 #   for a GELU at KernelBench's own 26_GELU_ sizes (4096 x 393216 fp32: 6 GiB in, 6 GiB out); goal peak <= 3x
@@ -135,9 +136,15 @@ bench() {
 }
 
 fidelity() {  # same candidate evaluated 5 times: the spread of its speedup (goal <= 3 % for kernels >= 100 us)
-  echo "== timing fidelity, CUDA"
+  echo "== the CUDA timer on its own: its parts per call, busy and just woken (bench/timer_parts.py)"
+  "$PY" bench/timer_parts.py --processes 2 --trials 40 2>&1 | tail -9 | tee "$OUT/timer_parts.log"
+  echo "== timing fidelity, CUDA: the example (a ~0.05 ms kernel on an H200)"
   "$PY" bench/timing_fidelity.py --target cuda "$@" 2>&1 | tee "$OUT/fidelity.log"
   local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
+  echo "== timing fidelity, CUDA: the example at 256 MiB (a ~0.16 ms kernel: the goal's size)"
+  "$PY" bench/timing_fidelity.py --target cuda --no-bare --problem bench/fixtures/swish_bias_256mib.py \
+    --candidate platforms/examples/cuda/candidate.py 2>&1 | tee "$OUT/fidelity_256mib.log"
+  rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || status=$rc
 }
 
 judge() {  # the judge split: tests, then time to verdict (NVRTC and Triton, cached: judged vs one process)

@@ -32,6 +32,8 @@ from kforge_core.eval.harness import guards, native
     ("__cudaLaunchKernel", "load_inline_cuda", True), ("__cudaGetKernel", "load_inline_cuda", True),
     ("__cudaLaunchKernel", "load_inline", False), ("_ZSt21ios_base_library_initv", "cpp", True),
     ("cudaIpcOpenMemHandle", "load_inline_cuda", False),
+    ("cudaStreamCreate", "load_inline_cuda", False), ("cudaStreamCreateWithPriority", "load_inline_cuda", False),
+    ("cudaStreamWaitEvent", "load_inline_cuda", True), ("cudaStreamSynchronize", "load_inline_cuda", True),
 ])
 def test_symbol_allow_list(symbol, kind, allowed):
     assert native.symbol_allowed(symbol, kind) is allowed

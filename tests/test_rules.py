@@ -332,6 +332,10 @@ NATIVE_FORBIDDEN = {
     "computed include": ("#include MACRO_PATH", "include"),
     "python C API": ('PyRun_SimpleString("import os");', "Python"),
     "pybind import": ('auto os = py::module_::import("os");', "Python"),
+    # the GPU timer holds torch's pool streams until its start: a stream of the candidate's own would escape that
+    "cudaStreamCreate": ("cudaStream_t s; cudaStreamCreate(&s);", "stream of its own"),
+    "cudaStreamCreateWithFlags": ("cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);", "stream of its own"),
+    "cuStreamCreate": ("cuStreamCreate(&s, 0);", "stream of its own"),
 }
 
 

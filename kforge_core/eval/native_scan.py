@@ -19,6 +19,11 @@ _NATIVE_PATTERNS = [
      "does file I/O"),
     (r"\b(ifstream|ofstream|fstream|filebuf|std::filesystem)\b", "does file I/O"),
     (r"\b(pthread_create|std::thread|std::async|std::jthread)\b", "starts threads (OpenMP is allowed)"),
+    # the GPU timer holds every stream of torch's pool until its start event; a stream of the candidate's own would
+    # run work before the timed region starts
+    (r"\b(cudaStreamCreate\w*|cuStreamCreate\w*)\s*\(",
+     "creates a CUDA stream of its own (take one from torch's pool: at::cuda::getStreamFromPool() or "
+     "torch.cuda.Stream())"),
     # kernels include system headers by name; a path (absolute, parent directory, home) or a macro would paste an
     # arbitrary file into the build log the agent reads
     (r"^\s*#\s*(include|include_next|import)\s*(?![<\"])\S", "uses a computed #include"),

@@ -58,7 +58,8 @@ RULES: tuple[Rule, ...] = (
          "A written file is code the static rules never read: a planted sympy.py or a poisoned compile cache is "
          "imported later by torch itself."),
     Rule("native-no-os", "Kernel source may not call the OS: no system/popen/fork/exec, getenv/environ, /proc, "
-         "sockets, dlopen, file I/O, std::thread/pthread/async, or host inline assembly.",
+         "sockets, dlopen, file I/O, std::thread/pthread/async, or host inline assembly; CUDA streams come from "
+         "torch's pool (no cudaStreamCreate).",
          "Native code can read secrets from /proc/<pid>/environ or finish work on a thread after the timer stops."),
     Rule("must-launch", "ModelNew must run at least one kernel it compiled through the target's helpers or "
          "load_inline on every forward call checked.", "A pure-PyTorch ModelNew is not a custom kernel."),

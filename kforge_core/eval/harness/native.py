@@ -183,6 +183,7 @@ _PYBIND_OK = re.compile(
     r"PyBool_Type|PyFloat_Type|PyLong_Type)$")
 # CUDA host code: the runtime API and the stubs nvcc writes (launch configuration, fat binary registration).
 _CUDA_OK = re.compile(r"^(cuda(?!DeviceReset|DeviceSetLimit|Ipc|Profiler|SetDevice|ThreadExit|DeviceSetCacheConfig|"
+                      r"StreamCreate|"
                       r"DeviceSetSharedMemConfig|HostRegister)[A-Z]\w*|atexit|__cuda(RegisterFatBinary\w*|"
                       r"RegisterLinkedBinary\w*|"
                       r"UnregisterFatBinary|RegisterFunction|RegisterVar|RegisterManagedVar|PushCallConfiguration|"

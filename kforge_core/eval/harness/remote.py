@@ -37,6 +37,9 @@ from .guards import GuardViolation
 # process may be descheduled between receiving a request and starting its clock; a forged report is off by more.
 REPORT_MIN_SHARE = 0.5
 REPORT_SLACK_MS = 0.1
+# the longest lead-in a timer may report (platforms/cuda DeviceClockTimer.LEAD_IN_MAX_US, with room for a device
+# clocked lower than when its sleep was calibrated); it is also bounded by the bracket itself
+LEAD_IN_LIMIT_MS = 8.0
 # Requests that never carry the judge's phase (`memory_account`): the timed request and its fetch (their CPU time
 # is the timed call's, cpu_check.py).
 UNMARKED_OPS = ("time", "fetch")
@@ -78,6 +81,14 @@ class RemoteCandidate:
         self._calls = 0
         # (reported ms, judge's wall ms, the CPU reading's lower bound in ms or None) per timed call
         self.timed: list[tuple[float, float, float | None]] = []
+        # from the GPU timer's replies: its longest lead-in, calls launched ahead of the device ("clean"), calls that
+        # left work running on another stream after they returned
+        self.lead_in_ms = 0.0
+        # the CPU time the judge's own timer uses around a call (timing.timer_cpu_overhead_ms), set by the judge:
+        # the same timer in this candidate's process uses as much, which is not the call's
+        self.timer_cpu_ms = 0.0
+        self.clean_calls = 0
+        self.left_running_calls = 0
         # the checked calls' forward time in the candidate's process (the judge's own bracket adds the channel and
         # the copies, which would understate the custom-kernel share)
         self.forward_ns = 0
@@ -344,14 +355,24 @@ class RemoteCandidate:
         ms = reply.get("ms")
         if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not 0 <= ms < 1e9:
             raise RemoteFailure("rejected", "the candidate's process reported no usable time [rule no-patching]")
-        if ms > wall_ms:
-            raise RemoteFailure("rejected", f"the candidate's process reported a timed call of {ms:.4g} ms, longer "
-                                            f"than the {wall_ms:.4g} ms the judge measured around it "
-                                            f"[rule no-patching]")
+        # the GPU timer's lead-in: device time spent before its start event, inside the bracket but not the call's
+        lead = reply.get("lead_in_ms", 0.0)
+        if not isinstance(lead, (int, float)) or isinstance(lead, bool) or not 0 <= lead <= LEAD_IN_LIMIT_MS:
+            raise RemoteFailure("rejected", "the candidate's process reported an impossible timer lead-in "
+                                            "[rule no-patching]")
+        if ms + lead > wall_ms:
+            raise RemoteFailure("rejected", f"the candidate's process reported a timed call of {ms:.4g} ms (after a "
+                                            f"lead-in of {lead:.3g} ms), longer than the {wall_ms:.4g} ms the judge "
+                                            f"measured around it [rule no-patching]")
+        self.lead_in_ms = max(self.lead_in_ms, float(lead))
+        self.clean_calls += reply.get("clean") is True
+        self.left_running_calls += bool(reply.get("left_running"))
+        wall_ms -= lead  # the bracket around the call itself, as the lower bound below reads it
         time_cpu_ns = self.last_cpu_ns
         idle_before = self.cpu.idle_ns if self.cpu is not None else 0
         fetched = self._ask({"op": "fetch", "out_offset": out_offset})
-        if self.cpu is None:
+        if self.cpu is None:  # no CPU probe: the bracket alone bounds the report
+            self.timed.append((float(ms), wall_ms, None))
             return float(ms), self._take(fetched)
         fetch_cpu_ns, copy_before = self.last_cpu_ns, self.cpu.judge_copy_ns
         out = self._take(fetched, self.cpu.copying())
@@ -361,26 +382,32 @@ class RemoteCandidate:
             # until its outputs were delivered (between the two requests, and a fetch beyond its copy)
             after_ns = (self.cpu.idle_ns - idle_before) + \
                 self.cpu.fetch_excess(fetch_cpu_ns, self.cpu.judge_copy_ns - copy_before)
-            cpu_ms = (time_cpu_ns + after_ns) / 1e6 / self.cores
+            cpu_ms = max(0.0, (time_cpu_ns + after_ns) / 1e6 - self.timer_cpu_ms) / self.cores
         self.timed.append((float(ms), wall_ms, cpu_ms))
         return max(float(ms), cpu_ms or 0.0), out
 
-    def timing_check(self, strict: bool) -> tuple[dict, str]:
+    def timing_check(self, strict: bool, timer_overhead_ms: float = 0.0) -> tuple[dict, str]:
         """The cross-check of the reported durations against the judge's brackets: (a check for the verdict, a
         warning or ""). Reports far below the brackets raise RemoteFailure when `strict` (accelerators: an idle
         device, a quiet host), and are a warning otherwise (a shared CPU box wakes processes late by milliseconds,
-        so there a bracket says little about a sub-millisecond call)."""
+        so there a bracket says little about a sub-millisecond call). `timer_overhead_ms`: the least host time the
+        judge's own timer (the same kind, on the same machine) spent around a call beyond the call and its lead-in:
+        the GPU timer's stream barrier and questions, its synchronizations; twice that is taken out of the bracket
+        (a candidate's process, woken for each request, is slower at the same steps)."""
         if not self.timed:
             return {"name": "judge's clock", "passed": True, "detail": "no timed call"}, ""
         reported = statistics.median(ms for ms, _, _ in self.timed)
         fastest = min(w for _, w, _ in self.timed)
         trip = self.round_trip_ms or 0.0
-        floor = REPORT_MIN_SHARE * (fastest - trip) - REPORT_SLACK_MS
+        floor = REPORT_MIN_SHARE * (fastest - trip - 2 * timer_overhead_ms) - REPORT_SLACK_MS
         bounds = [c for _, _, c in self.timed if c is not None]
         cpu_floor = statistics.median(bounds) if len(bounds) == len(self.timed) else None
+        gpu = (f" (less the device timer's lead-in, up to {self.lead_in_ms:.3g} ms; {self.clean_calls} of "
+               f"{len(self.timed)} calls launched ahead of the device; the judge's timer spends at least "
+               f"{timer_overhead_ms:.3g} ms around a call)" if self.lead_in_ms else "")
         detail = (f"median timed call {reported:.4g} ms as the candidate's process measured it; the judge's "
-                  f"fastest bracket around one {fastest:.4g} ms, channel round trip {trip:.3g} ms; every report "
-                  f"within its bracket" +
+                  f"fastest bracket around one {fastest:.4g} ms{gpu}, channel round trip {trip:.3g} ms; every "
+                  f"report within its bracket" +
                   (f"; CPU time of the timed calls (their requests, and what ran after they returned until their "
                    f"outputs were delivered) over {self.cores} cores: median {cpu_floor:.4g} ms (a report below it "
                    f"counts as that)" if cpu_floor is not None else "; no CPU reading"))
@@ -389,7 +416,11 @@ class RemoteCandidate:
             raise RemoteFailure("rejected", f"timed calls reported far below the CPU time they used: {detail} "
                                             f"[rule no-patching]")
         if reported >= floor:
-            return {"name": "judge's clock", "passed": True, "detail": detail}, ""
+            left = (f"{self.left_running_calls} of {len(self.timed)} timed calls left work running on another "
+                    f"stream after they returned (timed on the host until the device was idle); join side streams "
+                    f"back before returning (torch.cuda.current_stream().wait_stream(side))"
+                    if self.left_running_calls else "")
+            return {"name": "judge's clock", "passed": True, "detail": detail}, left
         if strict:
             raise RemoteFailure("rejected", f"timed calls reported far below the judge's own clock: {detail} "
                                             f"[rule no-patching]")

@@ -21,7 +21,8 @@ from .correctness import check_correctness
 from .in_process import InProcess, describe_exception, load_candidate
 from .reference import ProblemFailure, _load_reference, _reference_checks
 from .remote import RemoteFailure, connect
-from .timing import RemoteModel, compile_baseline, compiled_plan, options_for, time_models
+from .timing import (RemoteModel, compile_baseline, compiled_plan, options_for, time_models, timer_cpu_overhead_ms,
+                     timer_overhead_ms)
 
 
 def _verdict(status: str, reason: str, **extra) -> dict:
@@ -41,6 +42,9 @@ def run(request: dict, workdir: Path) -> dict:
     # a contest's judge: one candidate's process per contender (`peer_fd_<name>`)
     contenders = {str(n): connect(request, platform.device(), str(n)) for n in request.get("contenders", [])} \
         if request.get("mode") == "head_to_head" else {}
+    for judged in [remote, *contenders.values()]:
+        if judged is not None:  # the CPU the timer itself uses around a call is not the candidate's (remote.py)
+            judged.timer_cpu_ms = timer_cpu_overhead_ms(timer)
     guards.install()
     try:
         verdict = _run(request, workdir, platform, timer, state, remote,
@@ -74,7 +78,7 @@ def _run(request: dict, workdir: Path, platform, timer, state, remote=None, cont
                            remotes=contenders, memory=memory)
     if request.get("mode") == "validate":
         inputs0 = make_inputs(0)
-        ms = platform.make_timer().time_ms(lambda: ref_model(*inputs0))
+        ms = timer.time_ms(lambda: ref_model(*inputs0))
         return {"status": "correct", "reason": "problem is valid", "problem": {**problem_info, "reference_ms": ms}}
 
     base = {"problem": problem_info, "warnings": list(ref_warnings), "device": platform.device_name(),
@@ -301,7 +305,8 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     if found:
         raise guards.GuardViolation(found)
     if hasattr(side, "timing_check"):
-        check, warning = side.timing_check(strict=platform.device_type != "cpu")
+        check, warning = side.timing_check(strict=platform.device_type != "cpu",
+                                           timer_overhead_ms=timer_overhead_ms(timer))
         out["checks"].append(check)
         out["warnings"] += [warning] if warning else []
         deferred = side.cpu_check()

@@ -70,6 +70,22 @@ def options_for(device_type: str, given: dict | None = None) -> TimingOptions:
     return TimingOptions(**{**defaults, **(given or {})})
 
 
+def timer_overhead_ms(timer) -> float:
+    """The least host time a timer of this process spent around a call beyond the call itself (the GPU timer's
+    barrier, questions and synchronizations; 0 for timers that do not say): what the judge's brackets around a
+    candidate's timed call hold besides the call."""
+    ms = getattr(timer, "overhead_ms", 0.0)
+    return float(ms) if isinstance(ms, (int, float)) and 0 <= ms < 1e3 else 0.0
+
+
+def timer_cpu_overhead_ms(timer) -> float:
+    """The least CPU time a timer of this process used around a call beyond the call itself (the GPU timer's barrier
+    and questions; 0 for timers that do not say): taken out of the CPU time the judge reads for a candidate's timed
+    call before that becomes a lower bound on its time (remote.py)."""
+    ms = getattr(timer, "cpu_overhead_ms", 0.0)
+    return float(ms) if isinstance(ms, (int, float)) and 0 <= ms < 1e3 else 0.0
+
+
 def summarize(samples: list[float]) -> dict:
     return {"median_ms": statistics.median(samples), "min_ms": min(samples), "max_ms": max(samples),
             "trials": len(samples)}

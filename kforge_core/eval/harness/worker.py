@@ -264,7 +264,10 @@ class _Worker:
 
         ms = process_state.class_call(self.timer, "time_ms", call)  # the class's, watched by identity (guards)
         self.pending = box[0]
-        return {"ms": ms}
+        # the GPU timer's lead-in (device time before its start, inside the judge's bracket), whether the call was
+        # launched ahead of the device, and whether it left work running on another stream (platforms/cuda)
+        last = getattr(self.timer, "last", None) or {}
+        return {"ms": ms, **{k: last[k] for k in ("lead_in_ms", "clean", "left_running") if k in last}}
 
     def op_fetch(self, msg: dict) -> dict:
         # only the copy: the check between timed calls is the judge's next request (`findings`), so the CPU time
