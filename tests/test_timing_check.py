@@ -19,6 +19,7 @@ class _Stub(RemoteCandidate):
         self.reply, self.wall_ms = reply, wall_ms
         self.timed, self.round_trip_ms, self.cores, self.cpu = [], 0.05, 16, None
         self.lead_in_ms, self.clean_calls, self.left_running_calls = 0.0, 0, 0
+        self.timer_cpu_ms = 0.0
         self.last_cpu_ns, self.next_rng_seed = None, None
 
     def _put_inputs(self, inputs):
@@ -88,3 +89,47 @@ def test_the_judges_own_timer_overhead_is_taken_out_of_the_bracket():
     # a forged report of a 2 ms call still fails: the overhead is the judge's measurement, not the candidate's
     with pytest.raises(RemoteFailure, match="far below the judge's own clock"):
         _timed({"ms": 0.05, "lead_in_ms": 0.5}, 3.1).timing_check(strict=True, timer_overhead_ms=0.2)
+
+
+class _Watch:
+    """The caller's CPU readings of the candidate's process, as `CpuWatch` gives them to `timed_call`: nothing ran
+    between requests, a fetch was all copy."""
+
+    idle_ns = 0
+    judge_copy_ns = 0
+
+    def fetch_excess(self, fetch_ns, copy_ns):
+        return 0
+
+    def copying(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+class _Probed(_Stub):
+    """A stub whose timed request used `time_cpu_ms` of CPU (the caller's reading)."""
+
+    def __init__(self, reply: dict, wall_ms: float, time_cpu_ms: float):
+        super().__init__(reply, wall_ms)
+        self.cpu, self.time_cpu_ns = _Watch(), int(time_cpu_ms * 1e6)
+
+    def _ask(self, msg, fds=(), clock=None):
+        self.last_cpu_ns = self.time_cpu_ns if msg["op"] == "time" else 0
+        return super()._ask(msg, fds, clock)
+
+
+def test_the_cpu_floor_leaves_out_the_timers_own_cpu():
+    """Seen on an H200: the example's 0.045 ms kernel, its timed request using ~0.8 ms of CPU, nearly all of it the
+    GPU timer's own stream barrier and questions: over 16 cores a 0.05 ms floor, above the kernel's time, and the
+    verdict took the floor. The CPU the judge's own timer uses around a call comes out first."""
+    honest = {"ms": 0.045, "lead_in_ms": 0.5, "clean": True, "left_running": 0}
+    floored = _Probed(honest, 1.0, time_cpu_ms=0.8)
+    assert floored.timed_call([])[0] == pytest.approx(0.8 / 16)
+    fair = _Probed(honest, 1.0, time_cpu_ms=0.8)
+    fair.timer_cpu_ms = 0.75
+    assert fair.timed_call([])[0] == pytest.approx(0.045)
+    # a call that really used CPU time still gets its floor: 16 ms of CPU is 1 ms over 16 cores
+    busy = _Probed(honest, 1.0, time_cpu_ms=16.75)
+    busy.timer_cpu_ms = 0.75
+    assert busy.timed_call([])[0] == pytest.approx(1.0)
