@@ -145,3 +145,42 @@ def test_a_stream_that_cannot_be_held_fails_the_timing(device):
     device.refuse_wait = True
     with pytest.raises(TimingIntegrityError, match="could not be held"):
         timer.time_ms(_kernel(device, 0.1))
+
+
+class _Pool:
+    """torch's stream pool as `torch.cuda.Stream(priority=p)` hands it out: 32 streams per level, round robin,
+    priorities clamped to the levels there are (or refused, as a torch may)."""
+
+    def __init__(self, levels: int, refuse: bool):
+        self.levels, self.refuse, self.next = levels, refuse, {}
+
+    def stream(self, priority=0):
+        level = -priority
+        if level >= self.levels:
+            if self.refuse:
+                raise RuntimeError(f"priority {priority} out of range")
+            level = self.levels - 1
+        i = self.next.get(level, 0)
+        self.next[level] = i + 1
+        return _Stream(1000 + 100 * level + i % 32)
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_every_pool_stream_is_found(monkeypatch, refuse):
+    from platforms.cuda._common import pool_streams
+
+    pool = _Pool(levels=3, refuse=refuse)
+    monkeypatch.setattr(torch.cuda, "Stream", pool.stream)
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda *a: _Stream(0))
+
+    class _External(_Stream):
+        def __init__(self, handle):
+            super().__init__(handle)
+
+        def query(self):
+            return True
+
+    monkeypatch.setattr(torch.cuda, "ExternalStream", _External)
+    handles = [s.cuda_stream for s in pool_streams()]
+    assert len(handles) == len(set(handles)) == 3 * 32 + 2
+    assert handles[-2:] == [0, 2]  # the legacy and the per-thread default streams

@@ -136,10 +136,15 @@ def pool_streams() -> list:
     for priority in range(0, -16, -1):
         level: list = []
         for _ in range(64):
-            s = torch.cuda.Stream(priority=priority)
+            try:
+                s = torch.cuda.Stream(priority=priority)
+            except (RuntimeError, ValueError):  # a torch that refuses a priority out of its range
+                break
             if s.cuda_stream in {x.cuda_stream for x in level}:
                 break
             level.append(s)
+        if not level:
+            break
         if level and level[0].cuda_stream in seen:  # the priority was clamped to one already seen: no more levels
             break
         seen.update(x.cuda_stream for x in level)
@@ -372,7 +377,10 @@ class GpuPlatform(Platform):
             torch.empty(1, device="cuda")  # create the primary context now
             self._sync = driver_synchronize()
             self._event_done = torch._C._CudaEventBase.query  # bound now: the completion check below
-            self._pool = pool_streams()  # the timer's stream barrier and its question about work left running
+            try:
+                self._pool = pool_streams()  # the timer's stream barrier and its question about work left running
+            except Exception:  # noqa: BLE001 - no pool to hold: the host-clock timer (make_timer) times instead
+                self._pool = []
             self._sync()
 
     def warm_child(self) -> None:
