@@ -190,6 +190,7 @@ def _report(rows: dict, device: str, opts, args, floor: float) -> str:
     lines.append(f"fork server and pool: {_pool_state()}")
     table = "\n".join(lines)
     if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
         Path(args.out, "time_to_verdict_gpu.json").write_text(json.dumps(
             {"device": device, "baselines": opts.baselines, "runs": args.runs, "think_s": args.think,
              "child_floor_s": floor, "rows": rows},
