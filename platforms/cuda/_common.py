@@ -303,12 +303,14 @@ class DeviceClockTimer(CompletionCheckedTimer):
             self._streak = 0
             return
         self.not_clean += 1
-        self._streak += 1
         if self._host_bound:
             return
         if self.lead_in_us < self.LEAD_IN_MAX_US:
             self._set_lead_in(min(self.LEAD_IN_MAX_US, 2 * self.lead_in_us))
-        elif self._streak >= self.HOST_BOUND_AFTER:  # no lead-in helps: the call synchronizes inside
+            self._streak = 0
+            return
+        self._streak += 1  # not clean at the longest lead-in
+        if self._streak >= self.HOST_BOUND_AFTER:  # no lead-in helps: the call synchronizes inside
             self._host_bound = True
             self._set_lead_in(self._base_lead_in)
 
