@@ -289,6 +289,17 @@ def test_side_stream_work_is_inside_the_timing():
     assert v.status == "correct", (v.reason, v.log_tail)
     print(f"side stream: candidate {v.candidate.median_ms:.3f} ms vs eager {v.eager.median_ms:.3f} ms")
     assert v.candidate.median_ms > 2.0, "the ~3 ms of side-stream work must be measured"
+    assert any("left work running on another stream" in w for w in v.warnings), v.warnings
+
+
+def test_side_stream_work_started_before_the_timers_start_is_timed():
+    """Work on a side stream that does not wait for the current one could run during the device timer's lead-in,
+    before its start event: every pool stream waits for the start, so it is measured."""
+    v = _evaluate(SWISH, CANDIDATES / "cuda_side_stream_early.py", "cuda")
+    assert v.status == "correct", (v.reason, v.log_tail)
+    print(f"early side stream: candidate {v.candidate.median_ms:.3f} ms vs eager {v.eager.median_ms:.3f} ms")
+    assert v.candidate.median_ms > 2.0, "the ~3 ms of side-stream work must be measured"
+    assert not any("left work running" in w for w in v.warnings), v.warnings  # it joined its stream back
 
 
 def test_profile_torch_profiler_and_ncu(monkeypatch):
