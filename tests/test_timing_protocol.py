@@ -70,3 +70,24 @@ def test_cpu_evaluations_take_the_cpu_defaults_and_the_request_wins():
         assert trials == 10 and 3 <= calls - trials <= 7
         seen.add(calls - trials)
     assert len(seen) > 1  # still a number the candidate cannot know
+
+
+def test_slow_trials_lower_the_minimum_to_fit_the_budget():
+    """Trials slow for the inputs around a quick call (268 MB made, fingerprinted and checked each trial: ten took
+    11 s against a 1 s budget on the 2-core box) keep the minimum within four budgets, never under 5 trials; quick
+    ones keep the full minimum of 10."""
+    platform = get_platform("cpu")
+
+    def slow_inputs(seed):
+        time.sleep(0.1)
+        return [torch.full((4,), float(seed % 7))]
+
+    model = Counting(0.0)
+    summary = time_models({"candidate": model}, slow_inputs, platform, Timer(platform.synchronize),
+                          TimingOptions(budget_s=0.1), random.Random(0))
+    assert summary["candidate"]["trials"] == 5  # 4 budgets fit 4 trials of 0.1 s: the floor of 5 holds
+    summary = time_models({"candidate": model}, slow_inputs, platform, Timer(platform.synchronize),
+                          TimingOptions(budget_s=0.1, min_trials=3), random.Random(0))
+    assert summary["candidate"]["trials"] == 3  # never more than asked
+    _, trials = _run(0.0, 0)
+    assert trials == 10

@@ -18,6 +18,7 @@ Memory: one trial's inputs and each model's output of that trial, nothing from t
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -49,6 +50,10 @@ class TimingOptions:
     # call) needs fewer warm-ups and trials: its median settles at once, and ten of them took a minute of device time
     heavy_call_s: float = 1.0
     heavy_min_trials: int = 5
+    # the minimum trials themselves are kept within this many budgets: a trial slower than budget / min_trials (the
+    # inputs made, fingerprinted and checked around the calls: 268 MB a trial took 1 s on the 2-core box, and ten of
+    # them 11 s against a 1 s budget) lowers the minimum, never under heavy_min_trials
+    min_trials_budgets: float = 4.0
     rotating_sets: int = 4  # unused: every trial now gets freshly generated inputs (kept for old option dicts)
     rotating_bytes_max: int = 1 << 30  # unused, as above
 
@@ -182,10 +187,12 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
 
     samples: dict[str, list[float]] = {name: [] for name, m in models.items() if not isinstance(m, RemoteModel)}
     deadline = time.monotonic() + opts.budget_s
-    trial = 0
+    trial, first_trial_at = 0, time.monotonic()
     while trial < opts.max_trials and (trial < min_trials or time.monotonic() < deadline):
         if trial >= min_trials and opts.settle and all(median_settled(v, opts.settle) for v in samples.values()):
             break
+        if trial == 1:  # the first trial's wall time: inputs, fingerprints, every model's call, the checks
+            min_trials = _fewer_for_slow_trials(min_trials, time.monotonic() - first_trial_at, opts)
         inputs = make_inputs(seed_base + 100 + trial)
         rng_seed = fresh_rng_seed()  # every model of the trial draws the same random numbers (Dropout...)
         pristine = fingerprint(inputs) if verify else None
@@ -213,6 +220,16 @@ def time_models(models: dict[str, object], make_inputs, platform, timer, opts: T
         del inputs, outputs, box  # before the next trial's inputs are made
         trial += 1
     return {name: summarize(s) for name, s in samples.items()}
+
+
+def _fewer_for_slow_trials(min_trials: int, trial_s: float, opts: TimingOptions) -> int:
+    """The minimum trial count once the first trial's wall time is known: unchanged for trials under 50 ms or
+    within the budget's share; otherwise as many as fit `min_trials_budgets` budgets, but never fewer than
+    heavy_min_trials (nor more than asked)."""
+    if trial_s < 0.05 or trial_s * min_trials <= opts.min_trials_budgets * opts.budget_s:
+        return min_trials
+    fit = math.ceil(opts.min_trials_budgets * opts.budget_s / trial_s)
+    return max(min(min_trials, opts.heavy_min_trials), min(min_trials, fit))
 
 
 def median_settled(samples: list[float], within: float) -> bool:
