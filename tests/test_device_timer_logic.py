@@ -1,4 +1,4 @@
-"""The CUDA timer's decisions (`platforms.cuda._common.DeviceClockTimer`) on a simulated device, so CI without a GPU
+"""The CUDA timer's decisions (`platforms.cuda._timing.DeviceClockTimer`) on a simulated device, so CI without a GPU
 checks them: an honest call is timed exactly, a slow launcher gets a longer lead-in until it is measured clean, a
 call that waits for the device inside ends the lead-in's growth, work left running on another stream is added,
 and a stream that cannot be held fails the timing. The simulated device and host share a virtual clock (nothing here depends on
@@ -82,7 +82,7 @@ def device(monkeypatch):
 
 
 def _timer(dev):
-    from platforms.cuda._common import DeviceClockTimer
+    from platforms.cuda._timing import DeviceClockTimer
 
     return DeviceClockTimer(dev.synchronize, torch._C._CudaEventBase.query, dev.streams)
 
@@ -167,7 +167,7 @@ class _Pool:
 
 @pytest.mark.parametrize("refuse", [False, True])
 def test_every_pool_stream_is_found(monkeypatch, refuse):
-    from platforms.cuda._common import pool_streams
+    from platforms.cuda._timing import pool_streams
 
     pool = _Pool(levels=3, refuse=refuse)
     monkeypatch.setattr(torch.cuda, "Stream", pool.stream)

@@ -29,7 +29,7 @@ def test_timer_synchronization_is_bound_below_torch(monkeypatch):
     """The exploit: the function one level below torch.cuda.synchronize replaced for one call (0.196 ms reported for
     a kernel that takes 0.405 ms). The timer made before candidate code calls the driver's cuCtxSynchronize, so
     replacing torch.cuda.synchronize and torch._C._cuda_synchronize afterwards changes nothing it measures."""
-    from platforms.cuda._common import CompletionCheckedTimer
+    from platforms.cuda._timing import CompletionCheckedTimer
 
     timer = _cuda_platform().make_timer()
     assert isinstance(timer, CompletionCheckedTimer)
@@ -47,7 +47,7 @@ def test_end_timestamp_before_completion_fails():
     """A timer whose synchronization does nothing (what a skipped sync looks like from inside): the event recorded
     after the call has not completed when the end timestamp is taken, so the timing fails instead of reporting."""
     from kforge_core.platform import TimingIntegrityError
-    from platforms.cuda._common import CompletionCheckedTimer
+    from platforms.cuda._timing import CompletionCheckedTimer
 
     platform = _cuda_platform()
     timer = CompletionCheckedTimer(lambda: None, torch._C._CudaEventBase.query)

@@ -1,4 +1,4 @@
-"""GPU checks of the CUDA timer (`platforms.cuda._common.DeviceClockTimer`, issue 22): it times the call's work on the
+"""GPU checks of the CUDA timer (`platforms.cuda._timing.DeviceClockTimer`, issue 22): it times the call's work on the
 device, whatever the calling process did before (idle, slow to launch), and work on side streams stays inside the
 time however it is placed: started during the timer's lead-in, left running after the call returned, after a
 call that waits for the device itself. Skipped without an NVIDIA GPU; run with scripts/gpu_check.sh."""
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
 def timer():
     """A fresh timer each test: its lead-in adapts to the calls it times."""
     from kforge_core.platform import get_platform
-    from platforms.cuda._common import DeviceClockTimer
+    from platforms.cuda._timing import DeviceClockTimer
 
     platform = get_platform("cuda", require_available=True)
     platform.prepare_child()
