@@ -29,7 +29,7 @@ from .in_process import copy_matching_weights, guard_findings, raise_guard_findi
 from .loading import candidate_class, clone, import_file
 from .reference import _seeded
 from .remote import RemoteCandidate, RemoteFailure
-from .timing import RemoteModel, TimingOptions, compiled_plan, time_models, timer_overhead_ms
+from .timing import RemoteModel, TimingOptions, compiled_plan, time_models
 
 
 class ContestFailure(Exception):
@@ -114,7 +114,7 @@ def run_contest(request: dict, workdir: Path, platform, timer, state, ref_model,
         finally:
             for watch in watches:
                 watch.stop()
-        judge = _judge_contenders(remotes, platform, timer) if judged else {}
+        judge = _judge_contenders(remotes, platform) if judged else {}
     except (ContestFailure, guards.GuardViolation) as e:
         return {"status": "runtime_error", "reason": f"head-to-head: {e}"}
     except RemoteFailure as e:
@@ -178,7 +178,7 @@ def _contest_checks(names: list[str], compared: dict[str, int], crossed: dict[st
     return out
 
 
-def _judge_contenders(remotes: dict, platform, timer) -> dict[str, tuple[list[dict], list[str]]]:
+def _judge_contenders(remotes: dict, platform) -> dict[str, tuple[list[dict], list[str]]]:
     """After timing, per contender: the full guard check, its reported times against the judge's clock and the
     CPU readings, and the deferred-work check: {name: (checks, warnings)}. A contender failing any of them fails
     the contest; what the judge could only flag (its clock on a busy CPU box) is that contender's warning."""
@@ -188,8 +188,7 @@ def _judge_contenders(remotes: dict, platform, timer) -> dict[str, tuple[list[di
         if found:
             raise ContestFailure(f"{name}: {found}")
         try:
-            check, warning = remote.timing_check(strict=platform.device_type != "cpu",
-                                                 timer_overhead_ms=timer_overhead_ms(timer))
+            check, warning = remote.timing_check(strict=platform.device_type != "cpu")
         except RemoteFailure as e:
             raise ContestFailure(f"{name}: {e.reason}") from None
         checks, warnings = [check], [warning] if warning else []

@@ -84,9 +84,9 @@ class RemoteCandidate:
         # from the GPU timer's replies: its longest lead-in, calls launched ahead of the device ("clean"), calls that
         # left work running on another stream after they returned
         self.lead_in_ms = 0.0
-        # the CPU time the judge's own timer uses around a call (timing.timer_cpu_overhead_ms), set by the judge:
-        # the same timer in this candidate's process uses as much, which is not the call's
-        self.timer_cpu_ms = 0.0
+        # the host and CPU time the judge's own timer spends around a call (timing.timer_overheads), set by the
+        # judge: the same timer in this candidate's process spends as much, which is not the call's
+        self.timer_overhead_ms, self.timer_cpu_ms = 0.0, 0.0
         self.clean_calls = 0
         self.left_running_calls = 0
         # the checked calls' forward time in the candidate's process (the judge's own bracket adds the channel and
@@ -386,25 +386,24 @@ class RemoteCandidate:
         self.timed.append((float(ms), wall_ms, cpu_ms))
         return max(float(ms), cpu_ms or 0.0), out
 
-    def timing_check(self, strict: bool, timer_overhead_ms: float = 0.0) -> tuple[dict, str]:
+    def timing_check(self, strict: bool) -> tuple[dict, str]:
         """The cross-check of the reported durations against the judge's brackets: (a check for the verdict, a
         warning or ""). Reports far below the brackets raise RemoteFailure when `strict` (accelerators: an idle
         device, a quiet host), and are a warning otherwise (a shared CPU box wakes processes late by milliseconds,
-        so there a bracket says little about a sub-millisecond call). `timer_overhead_ms`: the least host time the
-        judge's own timer (the same kind, on the same machine) spent around a call beyond the call and its lead-in:
-        the GPU timer's stream barrier and questions, its synchronizations; twice that is taken out of the bracket
-        (a candidate's process, woken for each request, is slower at the same steps)."""
+        so there a bracket says little about a sub-millisecond call). Twice the judge's own timer's overhead
+        (`timer_overhead_ms`: the GPU timer's stream barrier, questions and synchronizations) is taken out of the
+        bracket: a candidate's process, woken for each request, is slower at the same steps."""
         if not self.timed:
             return {"name": "judge's clock", "passed": True, "detail": "no timed call"}, ""
         reported = statistics.median(ms for ms, _, _ in self.timed)
         fastest = min(w for _, w, _ in self.timed)
         trip = self.round_trip_ms or 0.0
-        floor = REPORT_MIN_SHARE * (fastest - trip - 2 * timer_overhead_ms) - REPORT_SLACK_MS
+        floor = REPORT_MIN_SHARE * (fastest - trip - 2 * self.timer_overhead_ms) - REPORT_SLACK_MS
         bounds = [c for _, _, c in self.timed if c is not None]
         cpu_floor = statistics.median(bounds) if len(bounds) == len(self.timed) else None
         gpu = (f" (less the device timer's lead-in, up to {self.lead_in_ms:.3g} ms; {self.clean_calls} of "
                f"{len(self.timed)} calls launched ahead of the device; the judge's timer spends at least "
-               f"{timer_overhead_ms:.3g} ms around a call)" if self.lead_in_ms else "")
+               f"{self.timer_overhead_ms:.3g} ms around a call)" if self.lead_in_ms else "")
         detail = (f"median timed call {reported:.4g} ms as the candidate's process measured it; the judge's "
                   f"fastest bracket around one {fastest:.4g} ms{gpu}, channel round trip {trip:.3g} ms; every "
                   f"report within its bracket" +

@@ -21,8 +21,7 @@ from .correctness import check_correctness
 from .in_process import InProcess, describe_exception, load_candidate
 from .reference import ProblemFailure, _load_reference, _reference_checks
 from .remote import RemoteFailure, connect
-from .timing import (RemoteModel, compile_baseline, compiled_plan, options_for, time_models, timer_cpu_overhead_ms,
-                     timer_overhead_ms)
+from .timing import RemoteModel, compile_baseline, compiled_plan, options_for, time_models, timer_overheads
 
 
 def _verdict(status: str, reason: str, **extra) -> dict:
@@ -43,8 +42,8 @@ def run(request: dict, workdir: Path) -> dict:
     contenders = {str(n): connect(request, platform.device(), str(n)) for n in request.get("contenders", [])} \
         if request.get("mode") == "head_to_head" else {}
     for judged in [remote, *contenders.values()]:
-        if judged is not None:  # the CPU the timer itself uses around a call is not the candidate's (remote.py)
-            judged.timer_cpu_ms = timer_cpu_overhead_ms(timer)
+        if judged is not None:  # what the timer itself spends around a call is not the candidate's (remote.py)
+            judged.timer_overhead_ms, judged.timer_cpu_ms = timer_overheads(timer)
     guards.install()
     try:
         verdict = _run(request, workdir, platform, timer, state, remote,
@@ -305,8 +304,7 @@ def _time(request: dict, ref_model, new_model, make_inputs, platform, timer, sid
     if found:
         raise guards.GuardViolation(found)
     if hasattr(side, "timing_check"):
-        check, warning = side.timing_check(strict=platform.device_type != "cpu",
-                                           timer_overhead_ms=timer_overhead_ms(timer))
+        check, warning = side.timing_check(strict=platform.device_type != "cpu")
         out["checks"].append(check)
         out["warnings"] += [warning] if warning else []
         deferred = side.cpu_check()

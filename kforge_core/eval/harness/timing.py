@@ -75,20 +75,15 @@ def options_for(device_type: str, given: dict | None = None) -> TimingOptions:
     return TimingOptions(**{**defaults, **(given or {})})
 
 
-def timer_overhead_ms(timer) -> float:
-    """The least host time a timer of this process spent around a call beyond the call itself (the GPU timer's
-    barrier, questions and synchronizations; 0 for timers that do not say): what the judge's brackets around a
-    candidate's timed call hold besides the call."""
-    ms = getattr(timer, "overhead_ms", 0.0)
-    return float(ms) if isinstance(ms, (int, float)) and 0 <= ms < 1e3 else 0.0
+def timer_overheads(timer) -> tuple[float, float]:
+    """(host ms, CPU ms): the least a timer of this process spent around a call beyond the call itself (the GPU
+    timer's barrier, questions and synchronizations; 0 for timers that do not say). The judge's brackets around a
+    candidate's timed call, and the CPU time read for it, hold as much besides the call (remote.py)."""
+    def least(name: str) -> float:
+        ms = getattr(timer, name, 0.0)
+        return float(ms) if isinstance(ms, (int, float)) and 0 <= ms < 1e3 else 0.0
 
-
-def timer_cpu_overhead_ms(timer) -> float:
-    """The least CPU time a timer of this process used around a call beyond the call itself (the GPU timer's barrier
-    and questions; 0 for timers that do not say): taken out of the CPU time the judge reads for a candidate's timed
-    call before that becomes a lower bound on its time (remote.py)."""
-    ms = getattr(timer, "cpu_overhead_ms", 0.0)
-    return float(ms) if isinstance(ms, (int, float)) and 0 <= ms < 1e3 else 0.0
+    return least("overhead_ms"), least("cpu_overhead_ms")
 
 
 def summarize(samples: list[float]) -> dict:
