@@ -27,16 +27,10 @@ import weakref
 import torch
 
 from ..cpu_probe import usable_cores
-from . import context, device_arena, launches, memory_account, shared
+from . import context, device_arena, launches, memory_account, report_check, shared
 from .cpu_check import CpuWatch
 from .guards import GuardViolation
 
-# The median reported duration must be at least this share of the judge's fastest bracket around a timed call
-# (less the channel's round trip), less REPORT_SLACK_MS. The fastest bracket, because a bracket only ever grows with
-# noise (the candidate's process or the judge woken late on a busy machine); generous, because the candidate's
-# process may be descheduled between receiving a request and starting its clock; a forged report is off by more.
-REPORT_MIN_SHARE = 0.5
-REPORT_SLACK_MS = 0.1
 # the longest lead-in a timer may report (platforms/cuda DeviceClockTimer.LEAD_IN_MAX_US, with room for a device
 # clocked lower than when its sleep was calibrated); it is also bounded by the bracket itself
 LEAD_IN_LIMIT_MS = 8.0
@@ -387,45 +381,12 @@ class RemoteCandidate:
         return max(float(ms), cpu_ms or 0.0), out
 
     def timing_check(self, strict: bool) -> tuple[dict, str]:
-        """The cross-check of the reported durations against the judge's brackets: (a check for the verdict, a
-        warning or ""). Reports far below the brackets raise RemoteFailure when `strict` (accelerators: an idle
-        device, a quiet host), and are a warning otherwise (a shared CPU box wakes processes late by milliseconds,
-        so there a bracket says little about a sub-millisecond call). Twice the judge's own timer's overhead
-        (`timer_overhead_ms`: the GPU timer's stream barrier, questions and synchronizations) is taken out of the
-        bracket: a candidate's process, woken for each request, is slower at the same steps."""
-        if not self.timed:
-            return {"name": "judge's clock", "passed": True, "detail": "no timed call"}, ""
-        reported = statistics.median(ms for ms, _, _ in self.timed)
-        fastest = min(w for _, w, _ in self.timed)
-        trip = self.round_trip_ms or 0.0
-        floor = REPORT_MIN_SHARE * (fastest - trip - 2 * self.timer_overhead_ms) - REPORT_SLACK_MS
-        bounds = [c for _, _, c in self.timed if c is not None]
-        cpu_floor = statistics.median(bounds) if len(bounds) == len(self.timed) else None
-        gpu = (f" (less the device timer's lead-in, up to {self.lead_in_ms:.3g} ms; {self.clean_calls} of "
-               f"{len(self.timed)} calls launched ahead of the device; the judge's timer spends at least "
-               f"{self.timer_overhead_ms:.3g} ms around a call)" if self.lead_in_ms else "")
-        detail = (f"median timed call {reported:.4g} ms as the candidate's process measured it; the judge's "
-                  f"fastest bracket around one {fastest:.4g} ms{gpu}, channel round trip {trip:.3g} ms; every "
-                  f"report within its bracket" +
-                  (f"; CPU time of the timed calls (their requests, and what ran after they returned until their "
-                   f"outputs were delivered) over {self.cores} cores: median {cpu_floor:.4g} ms (a report below it "
-                   f"counts as that)" if cpu_floor is not None else "; no CPU reading"))
-        if cpu_floor is not None and reported < REPORT_MIN_SHARE * cpu_floor - REPORT_SLACK_MS:
-            # load cannot explain this one: CPU time is what the process used, however late it was woken
-            raise RemoteFailure("rejected", f"timed calls reported far below the CPU time they used: {detail} "
-                                            f"[rule no-patching]")
-        if reported >= floor:
-            left = (f"{self.left_running_calls} of {len(self.timed)} timed calls left work running on another "
-                    f"stream after they returned (timed on the host until the device was idle); join side streams "
-                    f"back before returning (torch.cuda.current_stream().wait_stream(side))"
-                    if self.left_running_calls else "")
-            return {"name": "judge's clock", "passed": True, "detail": detail}, left
-        if strict:
-            raise RemoteFailure("rejected", f"timed calls reported far below the judge's own clock: {detail} "
-                                            f"[rule no-patching]")
-        return ({"name": "judge's clock", "passed": True, "detail": detail},
-                f"the judge could not confirm the reported times ({detail}): on a busy machine the judge's brackets "
-                f"are loose; were the reports forged, they would look like this too")
+        """The cross-check of the reported durations against the judge's brackets and CPU readings
+        (`report_check.judge`): (a check for the verdict, a warning or ""); RemoteFailure where it rejects."""
+        check, warning, rejected = report_check.judge(self, strict)
+        if rejected:
+            raise RemoteFailure("rejected", rejected)
+        return check, warning
 
     def cpu_check(self) -> tuple[dict, str] | None:
         """The deferred-work check (harness/cpu_check.py): (a check, a rejection reason or ""), None without a
