@@ -4,8 +4,8 @@ CPU target: the same verdicts and programs as the local executor, a killed worke
 elsewhere with nothing recorded twice, a driver interrupted with Ctrl-C then resumed, best-of-k with each
 candidate's evaluation a Ray task of its own, and the errors a user gets when the cluster cannot run the target. Every cluster is shut down at the end of the module.
 
-CI does not install Ray (scripts/test.sh): on the 2-core box these tests take minutes (about 15 under the load
-of several engineers), so they skip there with the reason; run them with Ray installed."""
+scripts/test.sh installs Ray (requirements-ray.txt), so CI runs them (a few minutes on 2 cores); without Ray they
+skip with the reason, and `-m "not ray"` leaves them out."""
 
 from __future__ import annotations
 
@@ -130,7 +130,15 @@ def test_a_killed_worker_nodes_task_runs_again_elsewhere(cluster, local_results,
     assert sorted(r["problem"] for r in progress) == sorted(SUITE.split(","))  # recorded once each
     with open_store(cfg.db_path) as store:
         lost = store.get_run(retried["lost_runs"][0])
-        assert lost["status"] == "failed" and "lost mid-run" in lost["error"] and retried["run_id"] in lost["error"]
+        if lost["status"] == "succeeded":
+            # On a loaded box the driver can read the attempt's start together with all its events (it ran to the
+            # end before the kill): that run stands as it ended, with its best program, and is not rewritten as
+            # lost; Ray still runs the task again (its result was on the dead node).
+            finished = [e for e in store.events(lost["id"]) if e["kind"] == "run_finished"]
+            assert len(finished) == 1 and not lost["error"] and lost["best_iteration"] is not None
+        else:
+            assert lost["status"] == "failed" and "lost mid-run" in lost["error"]
+            assert retried["run_id"] in lost["error"]
         assert store.get_run(retried["run_id"])["status"] == "succeeded"
     _assert_store_consistent(cfg.db_path)
 
