@@ -6,7 +6,9 @@ checks, timing of candidate and eager reference), median of --runs, for
   (b)  load_inline, cold build         bench/fixtures/cuda_load_inline.py, a unique token in its source (nvcc)
   (c)  load_inline, cached build       the fixture unchanged (cache warmed first)
   (d)  Triton candidate, cold JIT      platforms/examples/triton/candidate.py, a unique comment in the kernel
-  (d') Triton candidate, cached        the same file unchanged (Triton's cache warmed first)
+  (d') Triton candidate, cached        the same file unchanged (Triton's cache warmed first); an isolated child's
+                                       Triton cache is its own since 2026-11-27 (docs/EVALUATOR.md), so (d') is
+                                       a JIT compile every time there, like (d); only without isolation it is cached
   (af) as (a), plus the torch.compile baseline (EvalOptions() defaults, as bench/time_to_verdict.py times): the
        run's warm baseline server (built once, in the warm-up)
   (af0) as (af), the way it was before: torch.compile built again in every evaluation child

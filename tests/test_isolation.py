@@ -18,6 +18,7 @@ import pytest
 
 from kforge_core import build_cache
 from kforge_core.eval import ceilings, channels, isolation
+from kforge_core.eval.child_setup import WRITABLE_CACHES, cache_dir
 from kforge_core.platform import REPO_ROOT
 from kforge_core.eval.redaction import MARK, known_secrets, redactor
 from kforge_core.eval.sandbox import LOG_LIMIT, run_child
@@ -82,22 +83,35 @@ def test_child_sees_no_secret_of_the_caller(secrets_home):
 
 @needs_isolation
 def test_child_writes_only_its_private_directory(secrets_home):
-    """The project, the settings file, the run store, the build cache (artifacts and index) and the measured
-    ceilings are read-only or absent (a cache under the caller's /tmp too, although the child's /tmp is writable);
-    the private directory is writable."""
+    """The project, the settings file, the run store, the build cache (artifacts and index), the measured
+    ceilings and the shared torch.compile / Triton / extension / XDG caches (which the baseline server loads code
+    from) are read-only or absent (a cache under the caller's /tmp too, although the child's /tmp is writable); the
+    private directory and the compile caches its environment names, its own, are writable."""
     cache = build_cache.cache_root()
     (cache / "cpu" / "k").mkdir(parents=True, exist_ok=True)
     (cache / "cpu" / "k" / "kernel.so").write_bytes(b"\x7fELF honest")
+    shared = cache_dir()
+    for sub in (*WRITABLE_CACHES, "inductor_default"):  # as the baseline server leaves them
+        (shared / sub / "entry").mkdir(parents=True, exist_ok=True)
+    caches = [shared / sub for sub in (*WRITABLE_CACHES, "inductor_default")]
+
+    def listing():
+        return sorted(str(p) for c in caches for p in c.rglob("*"))
+
+    before = listing()
     targets = [str(REPO_ROOT / "sitecustomize.py"), str(REPO_ROOT / "kforge_core" / "evil.py"),
                str(secrets_home["settings"]), str(secrets_home["db"]), str(cache / "cpu" / "k" / "kernel.so"),
-               str(cache / "index" / "cpu" / "k.json"), str(ceilings.cache_path())]
+               str(cache / "index" / "cpu" / "k.json"), str(ceilings.cache_path()),
+               *(str(c / "entry" / "planted.py") for c in caches)]
     try:
         out = _child("iso_write_outside", {"paths": targets, "dirs": [str(cache / "cpu" / "planted")]})
         r = out.result
         assert r is not None, out.log
         assert r["private"]["ok"], r["private"]
+        assert all(v["ok"] for v in r["own_caches"].values()), r["own_caches"]
         written = {p: v for p, v in {**r["writes"], **r["mkdirs"]}.items() if v["ok"]}
         assert not written, written
+        assert listing() == before
         assert not (REPO_ROOT / "sitecustomize.py").exists()
         assert "planted" not in secrets_home["settings"].read_text()
         assert (cache / "cpu" / "k" / "kernel.so").read_bytes() == b"\x7fELF honest"

@@ -76,12 +76,7 @@ def child_environment(workdir: Path, isolated: bool = False) -> dict[str, str]:
         PYTHONSAFEPATH="1",
         PYTHONNOUSERSITE="1",
         KFORGE_CACHE_DIR=str(cache),
-        # torch.compile's caches persist across children, so the baseline's compile is paid once per problem
-        # (these four are WRITABLE_CACHES)
-        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
-        TRITON_CACHE_DIR=str(cache / "triton"),
-        TORCH_EXTENSIONS_DIR=str(cache / "torch_extensions"),
-        XDG_CACHE_HOME=str(cache / "xdg"),
+        **compile_caches(cache, isolated),
     )
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     for name, value in timing_environment().items():
@@ -150,10 +145,7 @@ def _child_paths() -> tuple[list[str], list[str], list[str]]:
     readonly = [tree for tree, _ in _given_trees()]
     home = os.path.realpath(os.path.expanduser("~"))
     cache = cache_dir()
-    writable = []
-    for sub in WRITABLE_CACHES:
-        (cache / sub).mkdir(parents=True, exist_ok=True)
-        writable.append(str(cache / sub))
+    writable: list[str] = []  # beyond its private directory, /tmp and /dev/shm: nothing (compile_caches)
     from .. import build_cache
     from . import ceilings
 
@@ -180,9 +172,24 @@ def _child_paths() -> tuple[list[str], list[str], list[str]]:
     return readonly, writable, hidden
 
 
-# torch.compile's and Triton's caches stay writable and shared: the baselines are compiled in the evaluation child
-# today (see docs/EVALUATOR.md, known limits); the build cache is not among them (read-only, published by the caller)
-WRITABLE_CACHES = ("inductor", "triton", "torch_extensions", "xdg")  # and inductor_default (child_plan)
+# torch.compile's, Triton's, torch's extension builds' and the XDG caches. The shared ones (under the cache
+# directory) are written and read only by trusted processes: the caller and the torch.compile baseline server
+# (`baselines`, not isolated). An isolated child gets empty ones of its own in its private /tmp, gone with it:
+# inductor and Triton load what they find in their cache (generated Python, shared objects, pickles) without
+# checking who wrote it, so a candidate that could write the shared ones would have its code run by a later
+# baseline server (outside the sandbox) or judge (owner of the verdict). Candidates' builds are cached apart,
+# in the build cache, published by the caller and checked against its index.
+WRITABLE_CACHES = ("inductor", "triton", "torch_extensions", "xdg")
+PRIVATE_CACHES = "/tmp/kforge-caches"  # inside an isolated child's root: its own tmpfs
+
+
+def compile_caches(cache: Path, isolated: bool) -> dict[str, str]:
+    """The cache variables of a child's environment: the shared caches for a process outside the sandbox (the
+    baseline server; a child where isolation is unavailable, which could write them anyway), private ones for an
+    isolated child."""
+    base = PRIVATE_CACHES if isolated else str(cache)
+    return {"TORCHINDUCTOR_CACHE_DIR": f"{base}/inductor", "TRITON_CACHE_DIR": f"{base}/triton",
+            "TORCH_EXTENSIONS_DIR": f"{base}/torch_extensions", "XDG_CACHE_HOME": f"{base}/xdg"}
 CHILD_USER = "kforge"  # $USER inside an isolated child
 
 
@@ -193,11 +200,9 @@ def nproc_limit() -> int:
 
 def child_plan(workdir: Path) -> dict:
     readonly, writable, hidden = _child_paths()
-    # torch.compile keeps its precompiled headers under inductor's *default* cache directory,
-    # $TMPDIR/torchinductor_$USER, whatever TORCHINDUCTOR_CACHE_DIR says: in the child's private /tmp every
-    # evaluation rebuilt them (7 s of g++ on two busy cores, measured); they are shared like the inductor cache
-    headers = cache_dir() / "inductor_default"
-    headers.mkdir(exist_ok=True)
-    return isolation.plan(workdir, readonly=readonly, writable=writable, hide=hidden,
-                          mapped={f"/tmp/torchinductor_{CHILD_USER}": str(headers)}, nproc=nproc_limit(),
+    # No shared cache is writable (compile_caches): inductor's precompiled headers, which it keeps under its
+    # *default* directory ($TMPDIR/torchinductor_$USER) whatever TORCHINDUCTOR_CACHE_DIR says, stay in the private
+    # /tmp too. Only a child that compiles the torch.compile baseline itself pays for them (KFORGE_SHARED_BASELINE=0:
+    # 7 s of g++ on two busy cores); by default the baseline server compiles it, with the shared caches.
+    return isolation.plan(workdir, readonly=readonly, writable=writable, hide=hidden, nproc=nproc_limit(),
                           fsize_mb=int(os.environ.get("KFORGE_EVAL_FSIZE_MB") or 4096))
