@@ -68,6 +68,9 @@ def _infer_schedule(program: str, gpu: bool) -> Schedule:
     )
 
 
+FAR_FROM_FLOOR_PCT = 20  # below this share of its memory floor, a CPU program's time is not its memory traffic
+
+
 def _pct(x) -> str:
     return f"{100 * x:.0f}%"
 
@@ -111,7 +114,11 @@ class BuiltinAnalysisAgent:
         # a compute-bound problem whose kernels call transcendental functions spends its time in them: fusing saves
         # passes over memory, which is not where that time goes, while vectorizing replaces scalar libm calls
         # (KernelBench's Matmul_Mish_Mish on the CPU: 3 kernels at 7 % of the compute floor, fused first, no faster)
-        arithmetic = f["bound"] == "compute" and f["transcendental"] and not near_floor
+        # On the CPU the same holds for a "memory-bound" one far from its memory floor: the bound is the roofline's
+        # arithmetic, but scalar libm calls at ~10 ns an element leave it nowhere near the bandwidth (KernelBench's
+        # Softplus at CPU size: 1.4 % of the floor, parallelized first on 2 cores, still 0.26x eager)
+        far = f["pct_roofline"] is not None and f["pct_roofline"] < FAR_FROM_FLOOR_PCT
+        arithmetic = f["transcendental"] and not near_floor and (f["bound"] == "compute" or (not gpu and far))
 
         # fuse: several custom kernels per forward, or elementwise PyTorch ops next to them
         kernels = f["kernels_per_forward"]
@@ -225,8 +232,11 @@ class BuiltinAnalysisAgent:
                 parts.append(f"{req.compiled_ms / req.candidate_ms:.2f}x vs torch.compile ({req.compiled_ms:.3g} ms)")
             speed = f"Candidate {req.candidate_ms:.3g} ms: " + ", ".join(parts) + "."
         src = req.program or ""
+        # in the kernels, not the math helpers every built-in CPU program defines ahead of them (kf_exp, kf_tanh...)
+        first_kernel = re.search(r'extern\s+"C"|__global__|@triton\.jit', src)
+        kernels_src = src[first_kernel.start():] if first_kernel else src
         transcendental = bool(re.search(r"kf_exp|kf_erf|kf_tanh|kf_log|std::exp|expf|erff|tanhf|std::erf|std::tanh|"
-                                        r"tl\.exp|__expf", src))
+                                        r"tl\.exp|__expf", kernels_src))
         reductions = [k for k in (marker or {}).get("kernels", []) if k.get("passes")]
         return {
             "per_forward_ms": prof.get("per_forward_ms") or req.candidate_ms,
