@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import html
+import re
 
 from kforge_core.formatting import fmt_ms, fmt_x
 
 __all__ = ["fmt_ms", "fmt_x", "fmt_tokens", "fmt_cost", "fmt_duration", "fmt_when", "parse_ts", "VERDICT_STYLE",
            "RUN_STYLE", "verdict_badge", "run_badge", "verdict_icon", "slowdown_delta",
-           "speedup_md"]
+           "speedup_md", "untrusted", "model_markdown"]
 
 # verdict / iteration status -> (short label, streamlit colour, material icon)
 VERDICT_STYLE: dict[str, tuple[str, str, str]] = {
@@ -118,3 +120,54 @@ def fmt_when(ts: str | None) -> str:
     if local.date() == dt.datetime.now().astimezone().date():
         return local.strftime("%H:%M:%S")
     return local.strftime("%Y-%m-%d %H:%M")
+
+
+# A candidate's errors and printed output, a model's recommendations, an endpoint's error, a profile's kernel names:
+# text nobody at KForge wrote, shown inside markdown (some of it with unsafe_allow_html). Made inert: no HTML
+# element (escaped: no <img> either, nor an <http://...> autolink), no link or image written in markdown (a remote
+# image is fetched by the user's browser), no Streamlit directive (`:red[...]`; `:red` alone, its brackets
+# escaped, still became an empty coloured span and lost its word: every ":" is escaped), no LaTeX, no block
+# structure (folded to one line: headings, quotes, lists and tables start a line). Emphasis and code spans are
+# left: they only change how the same characters look. Streamlit also makes links of bare URLs and e-mail
+# addresses whatever their escapes (checked in Chromium): a word joiner (U+2060, invisible) after "http:", "www"
+# and "@" keeps them text.
+_MARKDOWN_ACTIVE = re.compile(r"([\\\[\]$:])")
+_BARE_LINK = re.compile(r"(?i)(?<=[a-z])(\\:)(?=//)|(?<![\w.])(www)(?=\.)|(@)")
+WORD_JOINER = "\u2060"
+
+
+def _inert(text: str) -> str:
+    s = _MARKDOWN_ACTIVE.sub(r"\\\1", html.escape(text, quote=False))
+    return _BARE_LINK.sub(lambda m: m.group(0) + WORD_JOINER, s)
+
+
+_BLOCK_START = re.compile(r"^(\s*)(?:([#+\-*|=])|(\d+)([.)]))")
+
+
+def untrusted(text, limit: int | None = None, lines: bool = False) -> str:
+    """`text` as literal characters in a markdown element: on one line, or with `lines` its own lines kept (each a
+    hard line break, none starting a block); cut to `limit` characters, with "…"."""
+    raw = str(text if text is not None else "")
+    parts = [" ".join(line.split()) for line in raw.splitlines()] if lines else [" ".join(raw.split())]
+    s = "\n".join(parts)
+    if limit is not None and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    out = []
+    for line in s.split("\n"):
+        line = _inert(line)
+        out.append(_BLOCK_START.sub(lambda m: m.group(1) + (f"\\{m.group(2)}" if m.group(2) else
+                                                           f"{m.group(3)}\\{m.group(4)}"), line))
+    return "  \n".join(out)
+
+
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
+
+
+def model_markdown(text) -> str:
+    """A model's markdown (an analysis, a recommended change) with its structure and code kept, made inert as
+    `untrusted` makes text: no HTML, no link or image, no directive, no LaTeX outside its code spans and blocks
+    (inside them every character is shown as it is)."""
+    parts = _CODE.split(str(text or ""))
+    for i in range(0, len(parts), 2):
+        parts[i] = _inert(parts[i])
+    return "".join(parts)

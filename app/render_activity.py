@@ -10,7 +10,7 @@ import streamlit as st
 from kforge_core.formatting import checks_text, judged_text, noise_bounds_text
 from kforge_core.store import EventKind
 
-from .formatting import fmt_ms, fmt_when, fmt_x, run_badge, verdict_badge
+from .formatting import fmt_ms, fmt_when, fmt_x, run_badge, untrusted, verdict_badge
 from .highlight import plain_html
 from .render_registry import RenderContext, _html, renders
 
@@ -40,11 +40,11 @@ def iteration_finished(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     speed = f" · {fmt_x(d['speedup_vs_eager'])} vs eager" if d.get("speedup_vs_eager") is not None else ""
     reason = d.get("reason") or ""
-    short = reason if len(reason) <= 140 else reason[:139] + "…"
+    short = untrusted(reason, limit=140)  # a candidate's error or output can be in it
     which = f"#{d['first_index']}–#{d.get('index')}" if d.get("repeats") else f"#{d.get('index')}"
     times = f" (×{d['repeats']})" if d.get("repeats") else ""
     _line(event, f"{which} {verdict_badge(d.get('status'))}{times}{speed} {short}")
-    if short != reason:  # the whole reason one click away, in the log itself
+    if len(" ".join(reason.split())) > 140:  # the whole reason one click away, in the log itself
         _html(f"<details class='kf-more'><summary>whole reason</summary>{plain_html(reason)}</details>")
 
 
@@ -63,14 +63,14 @@ def best_updated(event: dict, ctx: RenderContext) -> None:
 def slower_than_baseline(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     lost_to = " and ".join(d.get("slower_than") or ["eager"])
-    _line(event, f":red[:material/slow_motion_video: **Slower than {lost_to}**] {d.get('message', '')}")
+    _line(event, f":red[:material/slow_motion_video: **Slower than {lost_to}**] {untrusted(d.get('message', ''))}")
 
 
 @renders(EventKind.HEAD_TO_HEAD)
 def head_to_head(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     if d.get("error"):
-        _line(event, f"Head to head not decided: {d['error']}")
+        _line(event, f"Head to head not decided: {untrusted(d['error'])}")
     else:
         _line(event, f":material/sports_score: Head to head → best #{d.get('best_iteration')}. "
                      f"<span class='kf-when'>{html.escape(d.get('rule', ''))}</span>")
@@ -126,8 +126,8 @@ def run_finished(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     best = (f"; best #{d['best_iteration']} at {fmt_x(d.get('best_speedup_vs_eager'))} vs eager"
             if d.get("best_iteration") is not None else "; no correct program")
-    err = f" — {d['error']}" if d.get("error") else ""
-    stopped = (f" · stopped: {d['stop_reason']}" if d.get("stop_reason") and d.get("stop_reason") != d.get("error")
+    err = f" — {untrusted(d['error'])}" if d.get("error") else ""
+    stopped = (f" · stopped: {untrusted(d['stop_reason'])}" if d.get("stop_reason") and d.get("stop_reason") != d.get("error")
                else "")
     _line(event, f"Run finished {run_badge(d.get('status'), d.get('best_speedup_vs_eager'))}{best}{err}{stopped}")
 
@@ -136,7 +136,7 @@ def run_finished(event: dict, ctx: RenderContext) -> None:
 def run_interrupted(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     why = {"worker_dead": f"its worker process {d.get('worker_pid')} is gone",
-           "heartbeat_stale": "its worker stopped reporting"}.get(d.get("reason"), d.get("reason"))
+           "heartbeat_stale": "its worker stopped reporting"}.get(d.get("reason"), untrusted(d.get("reason")))
     _line(event, f"{run_badge('interrupted')} {why}; it can be resumed")
 
 

@@ -12,7 +12,7 @@ import streamlit as st
 from kforge_core.profiling import kernel_label
 from kforge_core.store import EventKind
 
-from .formatting import fmt_ms
+from .formatting import fmt_ms, model_markdown, untrusted
 from .render_registry import RenderContext, _num, renders
 
 
@@ -21,7 +21,8 @@ def profile(event: dict, ctx: RenderContext) -> None:
     prof = event["data"].get("profile") or {}
     roof = event["data"].get("roofline") or {}
     if prof:
-        st.markdown(f"**Profile** from {prof.get('tool', 'the profiler')} on {prof.get('device', 'the device')}: "
+        st.markdown(f"**Profile** from {untrusted(prof.get('tool', 'the profiler'))} on "
+                    f"{untrusted(prof.get('device', 'the device'))}: "
                     f"{fmt_ms(prof.get('per_forward_ms'))} per forward, custom kernels "
                     f"{100 * (prof.get('custom_share') or 0):.0f}% of the time, "
                     f"{_num(prof.get('launches_per_forward'), '{:.3g}')} custom launches per forward")
@@ -36,7 +37,7 @@ def profile(event: dict, ctx: RenderContext) -> None:
                 "ms / forward": st.column_config.NumberColumn(format="%.4f"),
                 "calls / forward": st.column_config.NumberColumn(format="%.2f")})
         for note in prof.get("notes") or []:
-            st.caption(f"• {note}")
+            st.caption(f"• {untrusted(note)}")
     if roof:
         bound = roof.get("bound") or "unknown"
         pct = roof.get("pct_of_roofline")
@@ -101,19 +102,20 @@ def recommendations(event: dict, ctx: RenderContext) -> None:
     else:
         st.caption(f"Performance analysis{about} by {who}; these recommendations guided this iteration's program.")
     if d.get("notes"):
-        st.caption(d["notes"])
+        st.caption(untrusted(d["notes"], lines=True))
     recs = d.get("recommendations") or []
     for n, rec in enumerate(recs, 1):
         with st.container(border=True):
-            gain = f" :blue-badge[{rec['expected_gain']}]" if rec.get("expected_gain") else ""
-            move = f" :gray-badge[{rec['move']}]" if rec.get("move") else ""
-            st.markdown(f"**{n}. {rec.get('title', '')}**{gain}{move}")
+            # a model wrote them (an LLM analysis agent): shown as its words, never as page markup
+            gain = f" :blue-badge[{untrusted(rec['expected_gain'])}]" if rec.get("expected_gain") else ""
+            move = f" :gray-badge[{untrusted(rec['move'])}]" if rec.get("move") else ""
+            st.markdown(f"**{n}. {untrusted(rec.get('title', ''))}**{gain}{move}")
             if rec.get("change"):
-                st.markdown(rec["change"])
+                st.markdown(model_markdown(rec["change"]))
             if rec.get("why"):
-                st.caption(f"Why: {rec['why']}")
+                st.caption(f"Why: {untrusted(rec['why'])}")
     if not recs:
         st.info("The analysis agent made no recommendation.")
     if d.get("text"):
         with st.expander("The analysis in full"):
-            st.markdown(d["text"])
+            st.markdown(model_markdown(d["text"]))

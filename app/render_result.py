@@ -7,7 +7,7 @@ import streamlit as st
 
 from kforge_core.store import EventKind
 
-from .formatting import fmt_ms, fmt_x, verdict_badge
+from .formatting import fmt_ms, fmt_x, untrusted, verdict_badge
 from .highlight import kernel_sources, plain_html, prelude_lines, to_html, wrap_marker
 from .render_registry import RenderContext, _html, _num, missing_text, renders
 
@@ -72,7 +72,7 @@ def diff(event: dict, ctx: RenderContext) -> None:
 @renders(EventKind.VERDICT, tab="Result", order=10)
 def verdict(event: dict, ctx: RenderContext) -> None:
     v = event["data"].get("verdict") or {}
-    st.markdown(f"{verdict_badge(v.get('status'))} {v.get('reason') or ''}")
+    st.markdown(f"{verdict_badge(v.get('status'))} {untrusted(v.get('reason') or '', lines=True)}")
     facts = []
     if v.get("max_abs_error") is not None:
         facts.append(f"max abs error {_num(v['max_abs_error'])}")
@@ -160,12 +160,12 @@ def error(event: dict, ctx: RenderContext) -> None:
     d = event["data"]
     where = f" ({d['where']})" if d.get("where") else ""
     if ctx.compact:
-        st.markdown(f":red[:material/error: error{where}:] {d.get('message', '')}")
+        st.markdown(f":red[:material/error: error{untrusted(where)}:] {untrusted(d.get('message', ''))}")
     else:
-        st.error(f"{d.get('message', 'error')}{where}", icon=":material/error:")
+        st.error(f"{untrusted(d.get('message', 'error'), lines=True)}{untrusted(where)}", icon=":material/error:")
 
 
 @renders(EventKind.EVAL_STAGE, tab="Result", order=5)
 def eval_stage(event: dict, ctx: RenderContext) -> None:
     """Stages are folded into the running iteration's header (run_state); drawn as a line only where listed."""
-    st.caption(f"… {event['data'].get('stage', '')}")
+    st.caption(f"… {untrusted(event['data'].get('stage', ''))}")

@@ -7,7 +7,7 @@ from typing import Any
 
 import streamlit as st
 
-from .formatting import fmt_ms, fmt_x, verdict_badge, verdict_icon
+from .formatting import fmt_ms, fmt_x, untrusted, verdict_badge, verdict_icon
 from .highlight import to_html
 from .navigation import page_path
 from .renderers import EMPTY, TABS, RenderContext, order_of, render, tab_of
@@ -87,10 +87,9 @@ def iteration_detail(run: dict[str, Any], state: RunState, index: int, ctx: Rend
              f"{fmt_ms(it.candidate_ms)}" if it.candidate_ms is not None else "")
     reason = ""
     if it.reason and it.status not in (None, "correct"):
-        first = it.reason.splitlines()[0]
-        reason = " · " + (first[:157] + "…" if len(first) > 160 else first)
+        reason = " · " + untrusted(it.reason.splitlines()[0], limit=160)
     st.markdown(f"#### Iteration #{index} <span class='kf-when'>{pass_text}</span>", unsafe_allow_html=True)
-    stage = f" · :blue[{it.stage}…]" if it.stage and not it.finished else ""
+    stage = f" · :blue[{untrusted(it.stage)}…]" if it.stage and not it.finished else ""
     st.markdown(f"{status}{speed}{reason}{stage}")
     if editable and it.code:
         st.page_link(page_path("workbench"), label="Edit in Workbench", icon=":material/edit:",

@@ -11,7 +11,7 @@ import streamlit as st
 from kforge_core.errors import KForgeError
 
 from . import services
-from .formatting import fmt_when, run_badge
+from .formatting import fmt_when, run_badge, untrusted
 from .navigation import page_path
 from .run_state import RunState
 
@@ -56,9 +56,10 @@ def header(run: dict[str, Any], state: RunState, live: bool, pending: bool = Fal
         if pending:
             st.caption("Resuming: waiting for the worker process to pick the run up…")
         elif run.get("error") and not live and run["status"] == "unsupported":
-            st.info(f"The agent cannot write this problem: {run['error']}", icon=":material/block:")
+            st.info(f"The agent cannot write this problem: {untrusted(run['error'], lines=True)}",
+                    icon=":material/block:")
         elif run.get("error") and not live:
-            st.error(run["error"], icon=":material/error:")
+            st.error(untrusted(run["error"], lines=True), icon=":material/error:")
         noise = best_noise(run, state) if not live else []
         if noise:
             st.warning("The best's speedups were measured beyond the noise bounds (the machine was busy or the "
@@ -66,7 +67,7 @@ def header(run: dict[str, Any], state: RunState, live: bool, pending: bool = Fal
                        icon=":material/graphic_eq:")
         stop_reason = (state.finished or {}).get("stop_reason")
         if stop_reason and not live and stop_reason != run.get("error"):
-            st.caption(f"Stopped: {stop_reason}")
+            st.caption(f"Stopped: {untrusted(stop_reason)}")
     with actions, st.container(horizontal=True, horizontal_alignment="right"):
         if pending:
             st.button("Resuming…", icon=":material/play_arrow:", disabled=True, key=f"kf-resuming-btn:{run['id']}")

@@ -283,3 +283,44 @@ def bench_records() -> list[dict]:
             row("12_softmax", 1, 1.05, 1.1, 1.0),
             {"problem": "18_conv2d", "level": 1, "path": "assets/problems/level1/18_conv2d.py", "status": "failed",
              "correct": False, "error": "nothing to synthesize", "iterations": 1, "run_id": None, "wall_s": 5.0}]
+
+
+# markup a candidate, a model or an endpoint could put in its text: an image with a script handler, a remote image,
+# a link, a Streamlit colour directive, LaTeX
+HOSTILE_TEXT = ("<img src=x onerror=alert(1)> ![pixel](http://evil.example/p.png) [click](http://evil.example/go) "
+                ":red[FORGED] $\\pi$")
+
+
+def seed_hostile_text_run(store: RunStore) -> str:
+    """A failed run whose every field of text from outside KForge's code (a candidate's errors and output, a
+    model's recommendations and analysis, an endpoint's error, a profile's names) holds HOSTILE_TEXT."""
+    run_id = store.create_run("hostile_text", PROBLEM, "cpu", agent="llm", model="m",
+                              config={"problem_name": "hostile_text", "target": "cpu", "agent": "llm"})
+    store.start_run(run_id)
+    store.append_event(run_id, "pass_started", {"pass": "functional", "max_iterations": 3})
+    store.start_iteration(run_id, 0, "functional")
+    store.append_event(run_id, "program_extracted", {"iteration": 0, "code": PROGRAM_V0, "language": "python",
+                                                     "notes": ""}, 0)
+    store.append_event(run_id, "eval_stage", {"iteration": 0, "stage": f"stage {HOSTILE_TEXT}"}, 0)
+    store.append_event(run_id, "retry", {"iteration": 0, "agent": "generation", "where": "llm", "attempt": 1,
+                                         "delay_s": 1.0, "error": f"endpoint said {HOSTILE_TEXT}"}, 0)
+    store.append_event(run_id, "error", {"iteration": 0, "message": f"the candidate raised {HOSTILE_TEXT}",
+                                         "where": "evaluation"}, 0)
+    reason = f"RuntimeError: {HOSTILE_TEXT}\n# not a heading\n- not a list"
+    verdict = _verdict("runtime_error", reason)
+    store.append_event(run_id, "verdict", {"iteration": 0, "verdict": verdict}, 0)
+    store.finish_iteration(run_id, 0, "runtime_error", reason=reason, code=PROGRAM_V0, verdict=verdict)
+    add_correct_iteration(store, run_id, 1, "functional", PROGRAM_V1, PROGRAM_V0, ms=2.5)
+    store.append_event(run_id, "profile", {"iteration": 1, "profile": {
+        "tool": f"tool {HOSTILE_TEXT}", "device": "cpu", "per_forward_ms": 2.5, "custom_share": 0.9,
+        "launches_per_forward": 1, "notes": [f"note {HOSTILE_TEXT}"],
+        "kernels": [{"name": f"kforge::{HOSTILE_TEXT}", "calls_per_forward": 1, "ms_per_forward": 2.2, "share": 0.9,
+                     "custom": True}]}, "roofline": {}}, 1)
+    store.append_event(run_id, "recommendations", {
+        "iteration": 1, "analyzed_iteration": 1, "agent_label": "an LLM", "notes": f"notes {HOSTILE_TEXT}",
+        "text": f"## Analysis\n{HOSTILE_TEXT}\n```\nkeep [this](as code) <b>\n```",
+        "recommendations": [{"title": f"title {HOSTILE_TEXT}", "change": f"change {HOSTILE_TEXT} in `x[i](j)`",
+                             "why": f"why {HOSTILE_TEXT}", "expected_gain": "2x] :red[FORGED", "move": "m]"}]}, 1)
+    store.append_event(run_id, "head_to_head", {"error": f"not decided {HOSTILE_TEXT}"})
+    store.finish_run(run_id, "failed", error=f"the run failed: {HOSTILE_TEXT}", stop_reason=f"stopped {HOSTILE_TEXT}")
+    return run_id

@@ -16,7 +16,8 @@ from kforge_core.store import open_store
 from tests.browser.appkit import stop_run
 from tests.browser.conftest import ARTIFACTS, AppServer
 from tests.browser.seed import (JUDGE_FLAG, PROBLEM, add_correct_iteration, bench_records, head_to_head_data,
-                                seed_failed_run, seed_mixed_run, seed_single_iteration_run, PROGRAM_V0, PROGRAM_V1)
+                                seed_failed_run, seed_hostile_text_run, seed_mixed_run, seed_single_iteration_run, PROGRAM_V0,
+                                PROGRAM_V1)
 from tests.browser.test_app_browser import TIMELINE, no_traceback, paste_module
 
 pytestmark = pytest.mark.browser
@@ -299,3 +300,37 @@ def test_compare_reads_older_to_newer_side_by_side(page, app_server, seeded):
     assert "kforge-builtin" in " ".join(added.all_text_contents())  # the line #2 added reads as an addition
     assert added.first.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(211, 249, 216)"
     no_traceback(page)
+
+
+def test_hostile_text_in_a_run_is_shown_as_text(page, app_server):
+    """A run whose candidate errors, model recommendations, endpoint error and profile carry markup (an <img> with
+    a script handler, a remote image, a link, a colour directive): on every tab of both iterations the words are
+    read as text (a URL too: not made a link), no such element is in the page, nothing ran, and nothing was
+    fetched from the remote host."""
+    with open_store(app_server.db) as s:
+        run_id = seed_hostile_text_run(s)
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{app_server.url}/?run={run_id}")
+    page.get_by_text(run_id).first.wait_for()
+    page.locator(TIMELINE).first.wait_for()
+    assert page.locator(TIMELINE).count() == 2
+    shown = []
+    for index in range(2):
+        page.locator(TIMELINE).nth(index).click()
+        page.get_by_text(f"Iteration #{index}").first.wait_for()
+        for tab in ("Result", "Profile", "Analysis"):
+            page.get_by_role("tab", name=tab).click()
+            page.wait_for_timeout(500)
+            no_traceback(page)
+            shown.append(page.inner_text("body").replace("\u2060", ""))  # the word joiners that stop autolinks
+            hostile = page.evaluate("""() => ({
+                imgs: [...document.images].filter(i => i.getAttribute('src') === 'x' || i.src.includes('evil.example')
+                                                      || i.hasAttribute('onerror')).length,
+                links: [...document.querySelectorAll('a')].filter(a => a.href.includes('evil.example')).length})""")
+            assert hostile == {"imgs": 0, "links": 0}, (index, tab, hostile)
+    text = "\n".join(shown)
+    assert "<img src=x onerror=alert(1)>" in text and ":red[FORGED]" in text, text[-3000:]
+    assert "![pixel](http://evil.example/p.png)" in text
+    assert dialogs == [] and not page.kf_external, (dialogs, page.kf_external)
+    assert not page.kf_errors, page.kf_errors
