@@ -141,7 +141,7 @@ def _inert(text: str) -> str:
     return _BARE_LINK.sub(lambda m: m.group(0) + WORD_JOINER, s)
 
 
-_BLOCK_START = re.compile(r"^(\s*)(?:([#+\-*|=])|(\d+)([.)]))")
+_BLOCK_START = re.compile(r"^\s*(\d+(?=[.)])|(?=[#+\-*|=]))")  # before a block's first mark: "# h", "- x", "12. x"
 
 
 def untrusted(text, limit: int | None = None, lines: bool = False) -> str:
@@ -152,12 +152,7 @@ def untrusted(text, limit: int | None = None, lines: bool = False) -> str:
     s = "\n".join(parts)
     if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "…"
-    out = []
-    for line in s.split("\n"):
-        line = _inert(line)
-        out.append(_BLOCK_START.sub(lambda m: m.group(1) + (f"\\{m.group(2)}" if m.group(2) else
-                                                           f"{m.group(3)}\\{m.group(4)}"), line))
-    return "  \n".join(out)
+    return "  \n".join(_BLOCK_START.sub(r"\g<0>\\", _inert(line)) for line in s.split("\n"))
 
 
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)

@@ -127,8 +127,8 @@ def run_finished(event: dict, ctx: RenderContext) -> None:
     best = (f"; best #{d['best_iteration']} at {fmt_x(d.get('best_speedup_vs_eager'))} vs eager"
             if d.get("best_iteration") is not None else "; no correct program")
     err = f" — {untrusted(d['error'])}" if d.get("error") else ""
-    stopped = (f" · stopped: {untrusted(d['stop_reason'])}" if d.get("stop_reason") and d.get("stop_reason") != d.get("error")
-               else "")
+    stop = d.get("stop_reason")
+    stopped = f" · stopped: {untrusted(stop)}" if stop and stop != d.get("error") else ""
     _line(event, f"Run finished {run_badge(d.get('status'), d.get('best_speedup_vs_eager'))}{best}{err}{stopped}")
 
 

@@ -61,7 +61,8 @@ def retry(event: dict, ctx: RenderContext) -> None:
         what = f"waiting {d.get('delay_s', 0):.0f} s before the next step (endpoint failure {d.get('attempt')} in a row)"
     else:
         what = f"retrying in {d.get('delay_s', 0):.1f} s (attempt {(d.get('attempt') or 0) + 1})"
-    st.warning(f"Model endpoint ({d.get('agent')}): {untrusted(d.get('error', ''))} — {what}", icon=":material/refresh:")
+    st.warning(f"Model endpoint ({d.get('agent')}): {untrusted(d.get('error', ''))} — {what}",
+               icon=":material/refresh:")
 
 
 @renders(EventKind.USAGE, tab="Model I/O", order=10)

@@ -18,7 +18,7 @@ import pytest
 
 from kforge_core import build_cache
 from kforge_core.eval import ceilings, channels, isolation
-from kforge_core.eval.child_setup import WRITABLE_CACHES, cache_dir
+from kforge_core.eval.child_setup import COMPILE_CACHES, cache_dir
 from kforge_core.platform import REPO_ROOT
 from kforge_core.eval.redaction import MARK, known_secrets, redactor
 from kforge_core.eval.sandbox import LOG_LIMIT, run_child
@@ -91,9 +91,9 @@ def test_child_writes_only_its_private_directory(secrets_home):
     (cache / "cpu" / "k").mkdir(parents=True, exist_ok=True)
     (cache / "cpu" / "k" / "kernel.so").write_bytes(b"\x7fELF honest")
     shared = cache_dir()
-    for sub in (*WRITABLE_CACHES, "inductor_default"):  # as the baseline server leaves them
+    for sub in (*COMPILE_CACHES.values(), "inductor_default"):  # as the baseline server leaves them
         (shared / sub / "entry").mkdir(parents=True, exist_ok=True)
-    caches = [shared / sub for sub in (*WRITABLE_CACHES, "inductor_default")]
+    caches = [shared / sub for sub in (*COMPILE_CACHES.values(), "inductor_default")]
 
     def listing():
         return sorted(str(p) for c in caches for p in c.rglob("*"))

@@ -37,7 +37,7 @@ def cache_dir() -> Path:
     for tree, what in _given_trees():
         if os.path.realpath(tree) == str(d):
             raise UsageError(f"{named}: {d} is {what}, which evaluation children are given as it is: the cache's "
-                             f"folders ({', '.join(('builds',) + WRITABLE_CACHES)}) would be mixed into it, and an "
+                             f"folders ({', '.join(('builds', *COMPILE_CACHES.values()))}) would be mixed into it, and an "
                              "empty `triton` folder on the import path is imported as the triton package; give the "
                              f"cache a directory of its own, e.g. {d / '.kforge-cache'}")
     try:
@@ -140,12 +140,12 @@ def _given_trees() -> list[tuple[str, str]]:
     return [(p, what) for p, what in trees if os.path.realpath(p) not in (home, "/")]
 
 
-def _child_paths() -> tuple[list[str], list[str], list[str]]:
-    """(read-only, writable, hidden) paths of an isolated child, besides the toolchain and its workdir."""
+def _child_paths() -> tuple[list[str], list[str]]:
+    """(read-only, hidden) paths of an isolated child, besides the toolchain and its workdir (it writes nothing
+    else: its private directory, /tmp and /dev/shm, its compile caches in that /tmp)."""
     readonly = [tree for tree, _ in _given_trees()]
     home = os.path.realpath(os.path.expanduser("~"))
     cache = cache_dir()
-    writable: list[str] = []  # beyond its private directory, /tmp and /dev/shm: nothing (compile_caches)
     from .. import build_cache
     from . import ceilings
 
@@ -169,7 +169,7 @@ def _child_paths() -> tuple[list[str], list[str], list[str]]:
         hidden.append(str(resolve_db_path().parent))
     except Exception:  # noqa: BLE001
         pass
-    return readonly, writable, hidden
+    return readonly, hidden
 
 
 # torch.compile's, Triton's, torch's extension builds' and the XDG caches. The shared ones (under the cache
@@ -179,7 +179,8 @@ def _child_paths() -> tuple[list[str], list[str], list[str]]:
 # checking who wrote it, so a candidate that could write the shared ones would have its code run by a later
 # baseline server (outside the sandbox) or judge (owner of the verdict). Candidates' builds are cached apart,
 # in the build cache, published by the caller and checked against its index.
-WRITABLE_CACHES = ("inductor", "triton", "torch_extensions", "xdg")
+COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
+                  "TORCH_EXTENSIONS_DIR": "torch_extensions", "XDG_CACHE_HOME": "xdg"}  # variable -> folder
 PRIVATE_CACHES = "/tmp/kforge-caches"  # inside an isolated child's root: its own tmpfs
 
 
@@ -188,8 +189,9 @@ def compile_caches(cache: Path, isolated: bool) -> dict[str, str]:
     baseline server; a child where isolation is unavailable, which could write them anyway), private ones for an
     isolated child."""
     base = PRIVATE_CACHES if isolated else str(cache)
-    return {"TORCHINDUCTOR_CACHE_DIR": f"{base}/inductor", "TRITON_CACHE_DIR": f"{base}/triton",
-            "TORCH_EXTENSIONS_DIR": f"{base}/torch_extensions", "XDG_CACHE_HOME": f"{base}/xdg"}
+    return {var: f"{base}/{folder}" for var, folder in COMPILE_CACHES.items()}
+
+
 CHILD_USER = "kforge"  # $USER inside an isolated child
 
 
@@ -199,10 +201,10 @@ def nproc_limit() -> int:
 
 
 def child_plan(workdir: Path) -> dict:
-    readonly, writable, hidden = _child_paths()
+    readonly, hidden = _child_paths()
     # No shared cache is writable (compile_caches): inductor's precompiled headers, which it keeps under its
     # *default* directory ($TMPDIR/torchinductor_$USER) whatever TORCHINDUCTOR_CACHE_DIR says, stay in the private
     # /tmp too. Only a child that compiles the torch.compile baseline itself pays for them (KFORGE_SHARED_BASELINE=0:
     # 7 s of g++ on two busy cores); by default the baseline server compiles it, with the shared caches.
-    return isolation.plan(workdir, readonly=readonly, writable=writable, hide=hidden, nproc=nproc_limit(),
+    return isolation.plan(workdir, readonly=readonly, writable=[], hide=hidden, nproc=nproc_limit(),
                           fsize_mb=int(os.environ.get("KFORGE_EVAL_FSIZE_MB") or 4096))

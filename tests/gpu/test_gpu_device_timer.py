@@ -34,6 +34,17 @@ def _sleep_ms(timer, ms: float) -> int:
     return int(ms * 1000 * timer._cycles_per_us)
 
 
+def _host_work_then_kernel(seconds: float, cycles: int):
+    """A call that spins on the host for `seconds` before it launches its one kernel (Python around a launch)."""
+    def call():
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+        torch.cuda._sleep(cycles)
+
+    return call
+
+
 def _median(timer, fn, n: int = 9) -> float:
     return statistics.median(timer.time_ms(fn) for _ in range(n))
 
@@ -143,13 +154,7 @@ def test_host_launch_latency_before_the_first_kernel_is_not_the_kernel(timer):
     cycles = _sleep_ms(timer, 0.3)
     plain = _median(timer, lambda: torch.cuda._sleep(cycles))
 
-    def slow_host():
-        end = time.perf_counter() + 0.05e-3
-        while time.perf_counter() < end:
-            pass
-        torch.cuda._sleep(cycles)
-
-    delayed = _median(timer, slow_host)
+    delayed = _median(timer, _host_work_then_kernel(0.05e-3, cycles))
     _save("device_timer_host_latency", {"plain_ms": plain, "with_50us_host_ms": delayed})
     assert abs(delayed - plain) < 0.03 + 0.05 * plain, (plain, delayed)
 
@@ -161,12 +166,7 @@ def test_a_slow_launcher_gets_a_longer_lead_in(timer):
     cycles = _sleep_ms(timer, 0.3)
     plain = _median(timer, lambda: torch.cuda._sleep(cycles))
 
-    def slow_host():
-        end = time.perf_counter() + 1.5e-3
-        while time.perf_counter() < end:
-            pass
-        torch.cuda._sleep(cycles)
-
+    slow_host = _host_work_then_kernel(1.5e-3, cycles)
     times = [timer.time_ms(slow_host) for _ in range(12)]
     _save("device_timer_slow_launcher", {"plain_ms": plain, "times": times, "lead_in_us": timer.lead_in_us,
                                          "not_clean": timer.not_clean})
